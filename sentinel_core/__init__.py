@@ -1,0 +1,54 @@
+"""Sentinel: tenant-aware, endpoint-aware distributed rate limiting (framework-neutral core)."""
+
+from ._algorithms import ScriptReply
+from ._breaker import BreakerState, CircuitBreaker
+from ._config import AnonymousConfig, BreakerConfig, JwtConfig, JwtKey, SentinelConfig, load_config
+from ._emergency import EmergencyLimiter
+from ._engine import classify
+from ._errors import (
+    ConfigError,
+    ScriptMissingError,
+    SentinelError,
+    StartupError,
+    UnknownEndpointError,
+)
+from ._keys import AnonymousIdentity, Identity, TenantIdentity
+from ._models import Algorithm, Decision, DecisionReason, FailMode, IdentityKind, Policy, Rate
+from ._protocol import Check, ServerReport
+from ._sentinel import Sentinel
+from .hookspecs import hookimpl
+
+__all__ = [
+    "Algorithm",
+    "AnonymousConfig",
+    "AnonymousIdentity",
+    "BreakerConfig",
+    "BreakerState",
+    "Check",
+    "CircuitBreaker",
+    "ConfigError",
+    "Decision",
+    "DecisionReason",
+    "EmergencyLimiter",
+    "FailMode",
+    "Identity",
+    "IdentityKind",
+    "JwtConfig",
+    "JwtKey",
+    "Policy",
+    "Rate",
+    "ScriptMissingError",
+    "ScriptReply",
+    "Sentinel",
+    "SentinelConfig",
+    "SentinelError",
+    "ServerReport",
+    "StartupError",
+    "TenantIdentity",
+    "UnknownEndpointError",
+    "classify",
+    "hookimpl",
+    "load_config",
+]
+
+__version__ = "0.1.0"

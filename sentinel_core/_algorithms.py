@@ -1,0 +1,147 @@
+"""Pure-Python twins of the Lua scripts, with the same integer arithmetic.
+
+They serve two purposes: the embedded ``memory://`` store runs them, and the parity
+tests feed them the ``TIME`` and prior state a script saw and compare the results.
+Each function takes the buckets' current states (``None`` for an absent key) and the
+clock in microseconds, and returns the reply the script would return plus the writes
+it would make (``None`` when it denies: a denial never writes).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ._models import MICRO
+
+_TOKEN_STATE = re.compile(r"^(\d+):(\d+)$")
+_WINDOW_STATE = re.compile(r"^(\d+):(\d+):(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptReply:
+    """What a script returns, in the order the Lua scripts return it."""
+
+    allowed: bool
+    time_seconds: int
+    time_microseconds: int
+    remaining: int
+    retry_after_seconds: int
+    reset_seconds: int
+
+    @classmethod
+    def from_raw(cls, raw: Sequence[int]) -> ScriptReply:
+        allowed, seconds, microseconds, remaining, retry_after, reset = (int(v) for v in raw)
+        return cls(allowed == 1, seconds, microseconds, remaining, retry_after, reset)
+
+    @property
+    def now_us(self) -> int:
+        return self.time_seconds * MICRO + self.time_microseconds
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """``SET index value PX ttl_ms``: the write a script makes to its ``index``-th key."""
+
+    index: int
+    value: str
+    ttl_ms: int
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _reply(allowed: bool, now_us: int, remaining: int, retry_us: int, reset_s: int) -> ScriptReply:
+    retry_after = max(1, _ceil_div(retry_us, MICRO)) if not allowed else 0
+    return ScriptReply(allowed, now_us // MICRO, now_us % MICRO, remaining, retry_after, reset_s)
+
+
+def token_bucket(
+    states: Sequence[str | None],
+    now_us: int,
+    capacity_micro: int,
+    count: int,
+    period_seconds: int,
+    cost_micro: int,
+) -> tuple[ScriptReply, list[Write] | None]:
+    """The reference of ``lua/token_bucket.lua`` (see its header for the contract)."""
+    fill_us = _ceil_div(capacity_micro * period_seconds, count)
+    allowed = True
+    remaining = capacity_micro
+    retry_us = 0
+    after: list[int] = []
+    for state in states:
+        tokens = capacity_micro
+        match = _TOKEN_STATE.match(state) if state is not None else None
+        if match is not None:
+            elapsed = min(max(0, now_us - int(match.group(2))), fill_us)
+            tokens = min(capacity_micro, int(match.group(1)) + elapsed * count // period_seconds)
+        if tokens >= cost_micro:
+            after.append(tokens - cost_micro)
+        else:
+            allowed = False
+            after.append(tokens)
+            retry_us = max(retry_us, _ceil_div((cost_micro - tokens) * period_seconds, count))
+        remaining = min(remaining, after[-1])
+    refill_us = [_ceil_div((capacity_micro - left) * period_seconds, count) for left in after]
+    reply = _reply(allowed, now_us, remaining // MICRO, retry_us, _ceil_div(max(refill_us), MICRO))
+    if not allowed:
+        return reply, None
+    writes = [
+        Write(i, f"{left}:{now_us}", max(1, _ceil_div(refill, 1000)))
+        for i, (left, refill) in enumerate(zip(after, refill_us, strict=True))
+    ]
+    return reply, writes
+
+
+def sliding_window(
+    states: Sequence[str | None],
+    now_us: int,
+    limit: int,
+    window_us: int,
+    cost: int,
+) -> tuple[ScriptReply, list[Write] | None]:
+    """The reference of ``lua/sliding_window.lua`` (see its header for the contract)."""
+    allowed = True
+    remaining = limit
+    retry_us = 0
+    reset_us = 0
+    buckets: list[tuple[int, int, int]] = []
+    for state in states:
+        start = now_us // window_us * window_us
+        current = previous = 0
+        match = _WINDOW_STATE.match(state) if state is not None else None
+        if match is not None:
+            stored_current, stored_previous, stored_start = (int(g) for g in match.groups())
+            if stored_start == start:
+                current, previous = stored_current, stored_previous
+            elif stored_start == start - window_us:
+                previous = stored_current
+            elif stored_start > start:
+                start, current, previous = stored_start, stored_current, stored_previous
+        elapsed = max(0, now_us - start)
+        weighted_previous = previous * (window_us - elapsed)
+        if weighted_previous + (current + cost) * window_us <= limit * window_us:
+            current += cost
+        else:
+            allowed = False
+            if current + cost <= limit:
+                budget = (limit - current - cost) * window_us
+                wait = window_us - budget // previous - elapsed
+            else:
+                wait = 2 * window_us - elapsed - (limit - cost) * window_us // current
+            retry_us = max(retry_us, wait)
+        buckets.append((current, previous, start))
+        left = max(0, limit * window_us - weighted_previous - current * window_us) // window_us
+        remaining = min(remaining, left)
+        reset_us = max(reset_us, window_us - elapsed)
+    reply = _reply(allowed, now_us, remaining, retry_us, max(1, _ceil_div(reset_us, MICRO)))
+    if not allowed:
+        return reply, None
+    writes = [
+        Write(i, f"{c}:{p}:{s}", max(1, _ceil_div(s + 2 * window_us - now_us, 1000)))
+        for i, (c, p, s) in enumerate(buckets)
+    ]
+    return reply, writes

@@ -1,0 +1,166 @@
+"""The per-process circuit breaker guarding the Redis boundary (SPEC §3).
+
+Everything that affects the breaker's state lives in this module; the transitions are
+one table. The breaker never does I/O and never sleeps: time is an injected monotonic
+clock, so tests drive it instead of waiting.
+
+    CLOSED --(failure_threshold consecutive failures)--> OPEN
+    OPEN --(open_seconds elapsed, checked when a call arrives)--> HALF_OPEN
+    HALF_OPEN --(a probe succeeds)--> CLOSED
+    HALF_OPEN --(a probe fails)--> OPEN, with a fresh quarantine
+
+Concurrency: one lock guards the state; it is never held across I/O, so it is safe for
+threads (Flask, Django) and for asyncio tasks (FastAPI) alike. Every call gets a
+`Permit` stamped with the breaker's generation; a result reported for an older
+generation (a call that started before the last transition) is ignored, so a burst of
+concurrent failures opens the breaker once, and a stale success cannot close it.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+class BreakerState(enum.IntEnum):
+    """Values are those of the ``sentinel_breaker_state`` gauge (SPEC §7)."""
+
+    CLOSED = 0
+    OPEN = 1
+    HALF_OPEN = 2
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+class _Event(enum.Enum):
+    THRESHOLD_REACHED = "threshold_reached"
+    QUARANTINE_ELAPSED = "quarantine_elapsed"
+    PROBE_SUCCEEDED = "probe_succeeded"
+    PROBE_FAILED = "probe_failed"
+
+
+_TRANSITIONS: dict[tuple[BreakerState, _Event], BreakerState] = {
+    (BreakerState.CLOSED, _Event.THRESHOLD_REACHED): BreakerState.OPEN,
+    (BreakerState.OPEN, _Event.QUARANTINE_ELAPSED): BreakerState.HALF_OPEN,
+    (BreakerState.HALF_OPEN, _Event.PROBE_SUCCEEDED): BreakerState.CLOSED,
+    (BreakerState.HALF_OPEN, _Event.PROBE_FAILED): BreakerState.OPEN,
+}
+
+TransitionListener = Callable[[BreakerState, BreakerState], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Permit:
+    """Leave to make one Redis call; hand it back with the call's result."""
+
+    generation: int
+    probe: bool
+
+
+class CircuitBreaker:
+    def __init__(
+        self,
+        failure_threshold: int = 5,
+        open_seconds: float = 30,
+        *,
+        half_open_max_probes: int = 1,
+        clock: Callable[[], float] = time.monotonic,
+        on_transition: TransitionListener | None = None,
+    ) -> None:
+        self._threshold = failure_threshold
+        self._open_seconds = open_seconds
+        self._max_probes = half_open_max_probes
+        self._clock = clock
+        self._on_transition = on_transition
+        self._lock = threading.Lock()
+        self._state = BreakerState.CLOSED
+        self._generation = 0
+        self._failures = 0
+        self._probes_in_flight = 0
+        self._opened_at = 0.0
+
+    @property
+    def state(self) -> BreakerState:
+        return self._state
+
+    def acquire(self) -> Permit | None:
+        """A permit to call Redis, or None when the call must short-circuit."""
+        with self._lock:
+            changed = self._elapse_quarantine()
+            permit = None
+            if self._state is BreakerState.CLOSED:
+                permit = Permit(self._generation, probe=False)
+            elif (
+                self._state is BreakerState.HALF_OPEN and self._probes_in_flight < self._max_probes
+            ):
+                self._probes_in_flight += 1
+                permit = Permit(self._generation, probe=True)
+        self._notify(changed)
+        return permit
+
+    def record_success(self, permit: Permit) -> None:
+        """A genuine Redis success: resets the failure count; a successful probe closes."""
+        with self._lock:
+            changed = None
+            if permit.generation == self._generation:
+                if permit.probe:
+                    changed = self._fire(_Event.PROBE_SUCCEEDED)
+                else:
+                    self._failures = 0
+        self._notify(changed)
+
+    def record_failure(self, permit: Permit) -> None:
+        """A classified Redis failure: counts toward opening; a failed probe re-opens."""
+        with self._lock:
+            changed = None
+            if permit.generation == self._generation:
+                if permit.probe:
+                    changed = self._fire(_Event.PROBE_FAILED)
+                else:
+                    self._failures += 1
+                    if self._failures >= self._threshold:
+                        changed = self._fire(_Event.THRESHOLD_REACHED)
+        self._notify(changed)
+
+    def release(self, permit: Permit) -> None:
+        """Give back a permit whose call ended without a Redis verdict (a bug raised)."""
+        with self._lock:
+            if permit.probe and permit.generation == self._generation:
+                self._probes_in_flight -= 1
+
+    def retry_after_seconds(self) -> int | None:
+        """Whole seconds (>= 1) left in the OPEN quarantine, or None when not OPEN."""
+        with self._lock:
+            if self._state is not BreakerState.OPEN:
+                return None
+            left = self._opened_at + self._open_seconds - self._clock()
+        return max(1, math.ceil(left))
+
+    # Everything below runs with the lock held and returns the transition it made.
+
+    def _elapse_quarantine(self) -> tuple[BreakerState, BreakerState] | None:
+        if (
+            self._state is BreakerState.OPEN
+            and self._clock() - self._opened_at >= self._open_seconds
+        ):
+            return self._fire(_Event.QUARANTINE_ELAPSED)
+        return None
+
+    def _fire(self, event: _Event) -> tuple[BreakerState, BreakerState]:
+        previous = self._state
+        self._state = _TRANSITIONS[(previous, event)]
+        self._generation += 1
+        self._failures = 0
+        self._probes_in_flight = 0
+        if self._state is BreakerState.OPEN:
+            self._opened_at = self._clock()
+        return previous, self._state
+
+    def _notify(self, changed: tuple[BreakerState, BreakerState] | None) -> None:
+        if changed is not None and self._on_transition is not None:
+            self._on_transition(*changed)

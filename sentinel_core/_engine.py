@@ -1,0 +1,168 @@
+"""The decision engine: SPEC §3's decision table, free of I/O.
+
+A decision is made in three steps, the middle one being the only I/O and living in the
+sync and async shells (`Sentinel.evaluate` / `Sentinel.aevaluate`)::
+
+    attempt = engine.begin(endpoint_id, identity, request)   # policy, keys, breaker permit
+    reply = store.run(attempt.call)                           # one script execution
+    decision = attempt.succeeded(reply)  # or attempt.failed(exc), or attempt.short_circuit()
+
+so both shells share every rule: classification, breaker bookkeeping, the fail-open and
+fail-closed rows, shadow mode, and reporting the decision to the observers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ._algorithms import ScriptReply
+from ._breaker import CircuitBreaker, Permit
+from ._emergency import EmergencyLimiter
+from ._errors import ScriptMissingError, UnknownEndpointError
+from ._keys import Identity
+from ._models import Decision, DecisionReason, FailMode, Policy
+from ._plugins import Hooks
+from ._scripts import ScriptCall, script_args
+
+
+def classify(exc: RedisError) -> DecisionReason:
+    """The decision reason of a Redis failure. Only `RedisError`s are ever classified."""
+    if isinstance(exc, ScriptMissingError):
+        return DecisionReason.REDIS_NOSCRIPT_RETRY
+    if isinstance(exc, RedisTimeoutError):
+        return DecisionReason.REDIS_TIMEOUT
+    return DecisionReason.REDIS_CONNECTION_ERROR
+
+
+class DecisionEngine:
+    def __init__(
+        self,
+        policies: Mapping[str, Policy],
+        breaker: CircuitBreaker,
+        emergency: EmergencyLimiter,
+        hooks: Hooks,
+    ) -> None:
+        self.policies = policies
+        self.breaker = breaker
+        self.emergency = emergency
+        self.hooks = hooks
+
+    def policy(self, endpoint_id: str) -> Policy:
+        try:
+            return self.policies[endpoint_id]
+        except KeyError:
+            raise UnknownEndpointError(endpoint_id) from None
+
+    def begin(self, endpoint_id: str, identity: Identity, request: Any = None) -> Attempt:
+        started = time.perf_counter_ns()
+        policy = self.hooks.resolve_policy(endpoint_id, identity, self.policy(endpoint_id))
+        call = ScriptCall(policy.algorithm, identity.bucket_keys(policy), script_args(policy))
+        return Attempt(self, policy, identity, call, self.breaker.acquire(), request, started)
+
+
+class Attempt:
+    """One decision in flight. Use it as a context manager around the Redis call, so a
+    call that ends in a bug (not a `RedisError`) hands its breaker permit back."""
+
+    __slots__ = ("_engine", "_started", "call", "identity", "permit", "policy", "request")
+
+    def __init__(
+        self,
+        engine: DecisionEngine,
+        policy: Policy,
+        identity: Identity,
+        call: ScriptCall,
+        permit: Permit | None,
+        request: Any,
+        started: int,
+    ) -> None:
+        self._engine = engine
+        self._started = started
+        self.policy = policy
+        self.identity = identity
+        self.call = call
+        self.permit = permit
+        self.request = request
+
+    def __enter__(self) -> Attempt:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None and self.permit is not None:
+            self._engine.breaker.release(self.permit)
+
+    def short_circuit(self) -> Decision:
+        """The breaker refused the call: no Redis traffic at all."""
+        return self._unavailable(DecisionReason.CIRCUIT_OPEN)
+
+    def succeeded(self, raw_reply: Any) -> Decision:
+        """Redis answered: the script's verdict is the decision."""
+        assert self.permit is not None
+        reply = ScriptReply.from_raw(raw_reply)
+        self._engine.breaker.record_success(self.permit)
+        reason = DecisionReason.ALLOWED if reply.allowed else DecisionReason.RATE_LIMITED
+        return self._finish(
+            reply.allowed,
+            reason,
+            reply.remaining,
+            reply.retry_after_seconds or None,
+            reply.reset_seconds,
+        )
+
+    def failed(self, exc: RedisError) -> Decision:
+        """Redis failed: classify, count it against the breaker, apply the fail mode."""
+        assert self.permit is not None
+        self._engine.breaker.record_failure(self.permit)
+        return self._unavailable(classify(exc))
+
+    def _unavailable(self, cause: DecisionReason) -> Decision:
+        policy = self.policy
+        if policy.fail_mode is FailMode.CLOSED or policy.fallback_rate is None:
+            reason = cause if cause is DecisionReason.CIRCUIT_OPEN else DecisionReason.FAIL_CLOSED
+            retry_after = self._engine.breaker.retry_after_seconds()
+            return self._finish(False, reason, 0, retry_after, retry_after or 0)
+        verdict = self._engine.emergency.acquire(policy.endpoint_id, policy.fallback_rate)
+        return self._finish(
+            verdict.allowed,
+            reason,
+            verdict.remaining,
+            verdict.retry_after_seconds,
+            verdict.reset_seconds,
+        )
+
+    def _finish(
+        self,
+        allowed: bool,
+        reason: DecisionReason,
+        remaining: int,
+        retry_after: int | None,
+        reset: int,
+    ) -> Decision:
+        policy = self.policy
+        decision = Decision(
+            allowed=allowed or policy.shadow,
+            reason=reason,
+            endpoint_id=policy.endpoint_id,
+            limit=policy.limit,
+            remaining=remaining,
+            retry_after_seconds=None if allowed else retry_after,
+            reset_seconds=reset,
+            policy=policy,
+            identity_hash=self.identity.hash,
+            latency_us=(time.perf_counter_ns() - self._started) // 1_000,
+            shadow=policy.shadow,
+            would_allow=allowed,
+        )
+        self._engine.hooks.decision(decision, self.request)
+        return decision

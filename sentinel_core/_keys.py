@@ -1,0 +1,69 @@
+"""Who is limited, reduced to bucket keys (SPEC §3). The one place keys are built.
+
+Raw identities never reach a key: tenants and anonymous clients are hashed with
+SHA-256. The part in braces is the Redis Cluster hash tag: every key of one script call
+shares it (so the call is single-slot), while different identities spread over slots.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from ._models import Policy
+
+
+def sha256_hex(value: str) -> str:
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class TenantIdentity:
+    """A tenant: the validated JWT ``sub``, a plugin's API key, or a worker's own id."""
+
+    tenant: str
+    hash: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hash", sha256_hex(self.tenant))
+
+    def __repr__(self) -> str:  # never print the raw identity
+        return f"TenantIdentity(hash={self.hash[:12]}...)"
+
+    def bucket_keys(self, policy: Policy) -> tuple[str, ...]:
+        return (f"sentinel:v1:{{{self.hash}}}:{policy.endpoint_id}:{policy.version}",)
+
+
+@dataclass(frozen=True, slots=True)
+class AnonymousIdentity:
+    """An anonymous client: its signed device id AND its network (IPv4 address or IPv6 /64).
+
+    Both buckets are decided in one script call, so both keys carry the same hash tag:
+    the network's. A device's bucket therefore lives in its current network's slot;
+    on a single Redis the tag changes nothing.
+    """
+
+    device_id: str
+    network: str
+    hash: str = field(init=False, repr=False)
+    _network_hash: str = field(init=False, repr=False)
+    _device_hash: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_network_hash", sha256_hex(self.network))
+        object.__setattr__(self, "_device_hash", sha256_hex(self.device_id))
+        object.__setattr__(self, "hash", sha256_hex(f"{self.device_id}|{self.network}"))
+
+    def __repr__(self) -> str:
+        return f"AnonymousIdentity(hash={self.hash[:12]}...)"
+
+    def bucket_keys(self, policy: Policy) -> tuple[str, ...]:
+        tag = f"{{{self._network_hash}}}"
+        suffix = f"{policy.endpoint_id}:{policy.version}"
+        return (
+            f"sentinel:v2:{tag}:device:{self._device_hash}:{suffix}",
+            f"sentinel:v2:{tag}:ip:{suffix}",
+        )
+
+
+Identity = TenantIdentity | AnonymousIdentity

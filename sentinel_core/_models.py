@@ -1,0 +1,96 @@
+"""The immutable values every layer exchanges: policies, rates and decisions (SPEC §2, §3)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+MICRO = 1_000_000
+"""Micro-units per unit: tokens are stored as micro-tokens, time as microseconds."""
+
+
+class DecisionReason(str, enum.Enum):
+    """Why a decision came out the way it did; every evaluation ends in exactly one."""
+
+    ALLOWED = "allowed"
+    RATE_LIMITED = "rate_limited"
+    EMERGENCY_LOCAL_LIMIT = "emergency_local_limit"
+    FAIL_CLOSED = "fail_closed"
+    CIRCUIT_OPEN = "circuit_open"
+    REDIS_TIMEOUT = "redis_timeout"
+    REDIS_CONNECTION_ERROR = "redis_connection_error"
+    REDIS_NOSCRIPT_RETRY = "redis_noscript_retry"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Algorithm(str, enum.Enum):
+    TOKEN_BUCKET = "token_bucket"
+    SLIDING_WINDOW = "sliding_window"
+
+
+class FailMode(str, enum.Enum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class IdentityKind(str, enum.Enum):
+    TENANT = "tenant"
+    ANONYMOUS = "anonymous"
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """``count`` events per ``period_seconds``, both positive integers."""
+
+    count: int
+    period_seconds: int
+
+    def __str__(self) -> str:
+        return f"{self.count}/{self.period_seconds}s"
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How one endpoint is limited. Built and validated by the config loader."""
+
+    endpoint_id: str
+    algorithm: Algorithm
+    rate: Rate
+    burst: int
+    """Token bucket capacity; for a sliding window, equal to the limit per window."""
+    fail_mode: FailMode
+    fallback_rate: Rate | None = None
+    identity: IdentityKind = IdentityKind.TENANT
+    version: int = 1
+    shadow: bool = False
+    cost: int = 1
+
+    @property
+    def limit(self) -> int:
+        """The quota a client sees: the bucket capacity or the per-window limit."""
+        return self.burst
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of one evaluation.
+
+    ``allowed`` is what the caller must do; ``reason`` says why. For a shadow policy
+    ``allowed`` is always True while ``reason`` and ``would_allow`` keep the verdict.
+    """
+
+    allowed: bool
+    reason: DecisionReason
+    endpoint_id: str
+    limit: int
+    remaining: int
+    retry_after_seconds: int | None
+    reset_seconds: int
+    policy: Policy
+    identity_hash: str
+    latency_us: int = 0
+    shadow: bool = False
+    would_allow: bool = True
+    """The verdict before shadow mode; equals ``allowed`` for an enforcing policy."""

@@ -1,0 +1,161 @@
+"""Where buckets live: Redis (sync and async shells) and the embedded memory store.
+
+Every store answers a `ScriptCall` with the script's raw reply. The Redis shells only
+move commands between a conversation of `_protocol` and redis-py; the memory store runs
+the reference algorithms under a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ._protocol import Check, ServerReport, adrive, check_server, drive, run_script
+from ._scripts import ScriptCall, run_reference
+
+MEMORY_URL = "memory://"
+
+
+class SyncStore(Protocol):
+    def run(self, call: ScriptCall) -> Any: ...
+    def check(self, require_noeviction: bool) -> ServerReport: ...
+    def close(self) -> None: ...
+
+
+class AsyncStore(Protocol):
+    async def arun(self, call: ScriptCall) -> Any: ...
+    async def acheck(self, require_noeviction: bool) -> ServerReport: ...
+    async def aclose(self) -> None: ...
+
+
+def connection_options(socket_timeout_ms: int) -> dict[str, Any]:
+    """redis-py options that keep every call within one ``socket_timeout_ms`` budget.
+
+    redis-py retries timeouts and connection errors by default (3 retries with backoff
+    since 6.0), which would multiply the budget: Sentinel retries nothing, the breaker
+    decides. No CLIENT SETINFO on connect either: one round trip less per connection.
+    """
+    seconds = socket_timeout_ms / 1000
+    return {
+        "socket_timeout": seconds,
+        "socket_connect_timeout": seconds,
+        "retry_on_error": [],
+        "health_check_interval": 0,
+        "lib_name": None,
+        "lib_version": None,
+    }
+
+
+class RedisStore:
+    """A blocking store on `redis.Redis`, for threaded servers (Flask, Django)."""
+
+    def __init__(self, url: str, socket_timeout_ms: int) -> None:
+        self.client = redis.Redis.from_url(
+            url, retry=Retry(NoBackoff(), 0), **connection_options(socket_timeout_ms)
+        )
+
+    def run(self, call: ScriptCall) -> Any:
+        return drive(run_script(call), self.client.execute_command)
+
+    def check(self, require_noeviction: bool) -> ServerReport:
+        return drive(check_server(require_noeviction), self.client.execute_command)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class AsyncRedisStore:
+    """A non-blocking store on `redis.asyncio.Redis`, for asyncio servers (FastAPI)."""
+
+    def __init__(self, url: str, socket_timeout_ms: int) -> None:
+        self.client = redis.asyncio.Redis.from_url(
+            url, retry=AsyncRetry(NoBackoff(), 0), **connection_options(socket_timeout_ms)
+        )
+
+    async def arun(self, call: ScriptCall) -> Any:
+        return await adrive(run_script(call), self.client.execute_command)
+
+    async def acheck(self, require_noeviction: bool) -> ServerReport:
+        return await adrive(check_server(require_noeviction), self.client.execute_command)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def _wall_clock_us() -> int:
+    return time.time_ns() // 1_000
+
+
+class MemoryStore:
+    """The embedded ``memory://`` store: the reference algorithms, in this process only.
+
+    For development and for tests of user apps: it is thread-safe, but every process
+    has its own buckets. Keys expire like Redis keys (PX), swept as writes accumulate.
+    """
+
+    _SWEEP_EVERY = 10_000
+
+    def __init__(self, clock_us: Callable[[], int] = _wall_clock_us) -> None:
+        self._clock_us = clock_us
+        self._lock = threading.Lock()
+        self._data: dict[str, tuple[str, int]] = {}
+        """key -> (value, expiry in unix microseconds)"""
+        self._writes = 0
+
+    def get(self, key: str) -> str | None:
+        """A key's live value, like Redis GET (for tests and debugging)."""
+        with self._lock:
+            return self._live(key, self._clock_us())
+
+    def run(self, call: ScriptCall) -> Any:
+        with self._lock:
+            now = self._clock_us()
+            states = [self._live(key, now) for key in call.keys]
+            reply, writes = run_reference(call, states, now)
+            for write in writes or ():
+                self._data[call.keys[write.index]] = (write.value, now + write.ttl_ms * 1_000)
+                self._writes += 1
+            if self._writes >= self._SWEEP_EVERY:
+                self._sweep(now)
+        return [
+            int(reply.allowed),
+            reply.time_seconds,
+            reply.time_microseconds,
+            reply.remaining,
+            reply.retry_after_seconds,
+            reply.reset_seconds,
+        ]
+
+    def check(self, require_noeviction: bool) -> ServerReport:
+        return ServerReport((Check("store", True, "memory:// (embedded, this process only)"),))
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    async def arun(self, call: ScriptCall) -> Any:
+        return self.run(call)
+
+    async def acheck(self, require_noeviction: bool) -> ServerReport:
+        return self.check(require_noeviction)
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+    def _live(self, key: str, now: int) -> str | None:
+        entry = self._data.get(key)
+        if entry is None or entry[1] <= now:
+            return None
+        return entry[0]
+
+    def _sweep(self, now: int) -> None:
+        self._writes = 0
+        for key in [key for key, (_, expiry) in self._data.items() if expiry <= now]:
+            del self._data[key]

@@ -1,0 +1,83 @@
+-- Sentinel token bucket: one atomic decision over one or more buckets.
+--
+-- KEYS[1..n]  bucket keys; the request is admitted only if EVERY bucket admits it
+--             (n = 2 for the anonymous cookie AND client-IP decision), and then
+--             every bucket is charged. If any bucket denies, nothing is written.
+-- ARGV[1]     capacity in micro-tokens (burst * 1e6)
+-- ARGV[2]     refill count     } the refill rate is count tokens per period seconds
+-- ARGV[3]     refill period, seconds
+-- ARGV[4]     cost in micro-tokens
+--
+-- State:   one string per bucket, "<micro-tokens>:<last refill, unix us>", written with
+--          SET ... PX only, on admission only. An absent key is a full bucket; the TTL
+--          is the time until the bucket would be full again, so expiry loses nothing.
+-- Clock:   Redis TIME is the only clock; all arithmetic is on integers kept below 2^53
+--          (the config loader refuses policies that could exceed it), so the doubles
+--          Lua computes with stay exact. Rounding always favours the limiter.
+-- Returns: {allowed 0|1, TIME seconds, TIME microseconds, remaining whole tokens,
+--           retry-after seconds (>= 1 when denied, else 0), reset seconds}
+
+local function idiv(a, b)
+  -- floor(a / b) for non-negative integers, corrected for double rounding.
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local function ceil_div(a, b)
+  return idiv(a + b - 1, b)
+end
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local capacity = tonumber(ARGV[1])
+local count = tonumber(ARGV[2])
+local period = tonumber(ARGV[3])
+local cost = tonumber(ARGV[4])
+local fill_us = ceil_div(capacity * period, count)
+
+local allowed = 1
+local remaining = capacity
+local retry_us = 0
+local reset_us = 0
+local after = {}
+
+for i, key in ipairs(KEYS) do
+  local tokens = capacity
+  local state = redis.call('GET', key)
+  if state then
+    local stored, last = string.match(state, '^(%d+):(%d+)$')
+    if stored then
+      local elapsed = now - tonumber(last)
+      if elapsed < 0 then elapsed = 0 end
+      if elapsed > fill_us then elapsed = fill_us end
+      tokens = math.min(capacity, tonumber(stored) + idiv(elapsed * count, period))
+    end
+  end
+  if tokens >= cost then
+    after[i] = tokens - cost
+  else
+    allowed = 0
+    after[i] = tokens
+    retry_us = math.max(retry_us, ceil_div((cost - tokens) * period, count))
+  end
+  remaining = math.min(remaining, after[i])
+end
+
+for i, key in ipairs(KEYS) do
+  local refill_us = ceil_div((capacity - after[i]) * period, count)
+  reset_us = math.max(reset_us, refill_us)
+  if allowed == 1 then
+    redis.call('SET', key, string.format('%.0f:%.0f', after[i], now),
+      'PX', math.max(1, ceil_div(refill_us, 1000)))
+  end
+end
+
+local retry_after = 0
+if allowed == 0 then retry_after = math.max(1, ceil_div(retry_us, 1000000)) end
+return {allowed, tonumber(time[1]), tonumber(time[2]), idiv(remaining, 1000000),
+        retry_after, ceil_div(reset_us, 1000000)}
