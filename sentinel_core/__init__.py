@@ -12,6 +12,8 @@ from ._errors import (
     StartupError,
     UnknownEndpointError,
 )
+from ._http import Cookie, Outcome, RequestView
+from ._jwt import AuthError
 from ._keys import AnonymousIdentity, Identity, TenantIdentity
 from ._models import Algorithm, Decision, DecisionReason, FailMode, IdentityKind, Policy, Rate
 from ._protocol import Check, ServerReport
@@ -22,11 +24,13 @@ __all__ = [
     "Algorithm",
     "AnonymousConfig",
     "AnonymousIdentity",
+    "AuthError",
     "BreakerConfig",
     "BreakerState",
     "Check",
     "CircuitBreaker",
     "ConfigError",
+    "Cookie",
     "Decision",
     "DecisionReason",
     "EmergencyLimiter",
@@ -35,8 +39,10 @@ __all__ = [
     "IdentityKind",
     "JwtConfig",
     "JwtKey",
+    "Outcome",
     "Policy",
     "Rate",
+    "RequestView",
     "ScriptMissingError",
     "ScriptReply",
     "Sentinel",

@@ -7,6 +7,7 @@ decision engine.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -17,11 +18,14 @@ from ._breaker import CircuitBreaker
 from ._config import SentinelConfig, load_config
 from ._emergency import EmergencyLimiter
 from ._engine import DecisionEngine
+from ._http import HttpLayer, Outcome, Prepared, RequestView
 from ._keys import Identity, TenantIdentity
-from ._models import Decision
+from ._models import Decision, Policy
 from ._plugins import Hooks, make_plugin_manager
 from ._protocol import ServerReport
 from ._stores import MEMORY_URL, AsyncRedisStore, AsyncStore, MemoryStore, RedisStore, SyncStore
+
+logger = logging.getLogger("sentinel")
 
 
 class Sentinel:
@@ -57,9 +61,11 @@ class Sentinel:
         self.engine = DecisionEngine(
             self.config.policies, self.breaker, EmergencyLimiter(), self.hooks
         )
+        self.http = HttpLayer(self.config, self.hooks)
         self._memory = MemoryStore() if self.config.redis_url.startswith(MEMORY_URL) else None
         self._sync_store: SyncStore | None = self._memory
         self._async_store: AsyncStore | None = self._memory
+        self._check_deferred = False
 
     @property
     def store(self) -> SyncStore:
@@ -94,6 +100,41 @@ class Sentinel:
         report.raise_for_problems()
         return report
 
+    def startup(self) -> ServerReport | None:
+        """The adapters' start-up step (SPEC §5): `check`, except that an unreachable
+        Redis only logs an error; the check then runs at the first successful contact.
+
+        Raises:
+            StartupError: Redis is reachable but unfit; the app must not start.
+        """
+        try:
+            return self.check()
+        except RedisError as exc:
+            self._defer_check(exc)
+            return None
+
+    async def astartup(self) -> ServerReport | None:
+        """`startup` on the asyncio store."""
+        try:
+            return await self.acheck()
+        except RedisError as exc:
+            self._defer_check(exc)
+            return None
+
+    def _defer_check(self, exc: RedisError) -> None:
+        self._check_deferred = True
+        logger.error(
+            "Redis unreachable at start-up (%s: %s); starting anyway, the decision table "
+            "answers until Redis is back, and the start-up check runs then",
+            type(exc).__name__,
+            exc,
+        )
+
+    def _run_deferred_check(self, report: ServerReport) -> None:
+        self._check_deferred = False
+        if not report.ok:
+            logger.critical("deferred start-up check failed: %s", report)
+
     def evaluate(self, endpoint_id: str, identity: str | Identity, request: Any = None) -> Decision:
         """Decide one request of ``identity`` (a tenant id, or an `Identity`) on ``endpoint_id``."""
         attempt = self.engine.begin(endpoint_id, _identity(identity), request)
@@ -102,6 +143,8 @@ class Sentinel:
         with attempt:
             try:
                 reply = self.store.run(attempt.call)
+                if self._check_deferred:
+                    self._run_deferred_check(self.store.check(self.config.require_noeviction))
             except RedisError as exc:
                 return attempt.failed(exc)
             return attempt.succeeded(reply)
@@ -116,9 +159,34 @@ class Sentinel:
         with attempt:
             try:
                 reply = await self.async_store.arun(attempt.call)
+                if self._check_deferred:
+                    report = await self.async_store.acheck(self.config.require_noeviction)
+                    self._run_deferred_check(report)
             except RedisError as exc:
                 return attempt.failed(exc)
             return attempt.succeeded(reply)
+
+    def validate_endpoint(self, endpoint_id: str) -> Policy:
+        """Raise at startup, not on the first request, for an id that cannot be guarded
+        over HTTP (`UnknownEndpointError`, or `ConfigError` for a tenant policy without
+        the ``jwt`` section)."""
+        return self.http.validate_endpoint(endpoint_id)
+
+    def guard(self, endpoint_id: str, request: RequestView) -> Outcome:
+        """Decide an HTTP request: identity, decision, and SPEC §4's outcome."""
+        prepared = self.http.prepare(self.engine.policy(endpoint_id), request)
+        if not isinstance(prepared, Prepared):
+            return prepared
+        decision = self.evaluate(endpoint_id, prepared.identity, request)
+        return self.http.outcome(decision, prepared.cookie)
+
+    async def aguard(self, endpoint_id: str, request: RequestView) -> Outcome:
+        """`guard` for asyncio servers."""
+        prepared = self.http.prepare(self.engine.policy(endpoint_id), request)
+        if not isinstance(prepared, Prepared):
+            return prepared
+        decision = await self.aevaluate(endpoint_id, prepared.identity, request)
+        return self.http.outcome(decision, prepared.cookie)
 
     def close(self) -> None:
         if self._sync_store is not None:

@@ -1,0 +1,211 @@
+"""The framework-neutral HTTP layer (SPEC §4): request view in, outcome out.
+
+Adapters build a `RequestView` from their framework's request, call
+`Sentinel.guard`/`aguard`, and translate the `Outcome` back: a denial becomes a
+response with the outcome's status, headers and problem+json body; an allowance lets
+the handler run and adds the outcome's headers and cookie to its response. Every rule
+of SPEC §4 (statuses, Retry-After, RateLimit headers, problem types, 401s) lives here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._anonymous import DeviceCookies, client_network
+from ._config import SentinelConfig
+from ._errors import ConfigError, UnknownEndpointError
+from ._jwt import AuthError, JwtVerifier
+from ._keys import AnonymousIdentity, Identity, TenantIdentity
+from ._models import Algorithm, Decision, DecisionReason, IdentityKind, Policy
+from ._plugins import Hooks
+
+PROBLEM_JSON = "application/problem+json"
+QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+TEMPORARY_REDUCED_CAPACITY = (
+    "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
+_TOO_MANY = frozenset({DecisionReason.RATE_LIMITED, DecisionReason.EMERGENCY_LOCAL_LIMIT})
+_PARTITION_KEY_BYTES = 12
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """What Sentinel needs of a request, whatever the framework.
+
+    ``headers`` must be case-insensitive (every framework's own header mapping is);
+    ``peer`` is the transport's peer address only (ASGI ``client``, WSGI
+    ``REMOTE_ADDR``), never a forwarding header. ``native`` is the framework's request
+    object, for plugins.
+    """
+
+    method: str
+    route: str | None
+    headers: Mapping[str, str]
+    cookies: Mapping[str, str]
+    peer: str | None
+    native: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cookie:
+    """The anonymous device cookie to set on an allowed response."""
+
+    name: str
+    value: str
+    max_age: int
+    secure: bool
+    http_only: bool = True
+    same_site: str = "Lax"
+    path: str = "/"
+
+    def header_value(self) -> str:
+        """The ``Set-Cookie`` header value, for adapters that set raw headers."""
+        parts = [f"{self.name}={self.value}", f"Max-Age={self.max_age}", f"Path={self.path}"]
+        parts += ["HttpOnly"] if self.http_only else []
+        parts += [f"SameSite={self.same_site}"]
+        parts += ["Secure"] if self.secure else []
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What to do with a request. When ``allowed``, run the handler and add ``headers``
+    and ``cookie`` to its response; otherwise answer ``status``/``headers``/``body``."""
+
+    allowed: bool
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes = b""
+    cookie: Cookie | None = None
+    decision: Decision | None = None
+    media_type: str = PROBLEM_JSON
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A request whose identity is known and may now be decided."""
+
+    identity: Identity
+    cookie: Cookie | None
+
+
+class HttpLayer:
+    """Identity resolution and outcome mapping for one configuration."""
+
+    def __init__(self, config: SentinelConfig, hooks: Hooks) -> None:
+        self._config = config
+        self._hooks = hooks
+        self._jwt = JwtVerifier(config.jwt) if config.jwt is not None else None
+        self._cookies = DeviceCookies(config.anonymous) if config.anonymous is not None else None
+
+    def validate_endpoint(self, endpoint_id: str) -> Policy:
+        """Check at startup that ``endpoint_id`` can be guarded over HTTP.
+
+        Raises:
+            UnknownEndpointError: no policy declares it.
+            ConfigError: a tenant policy without the ``jwt`` section.
+        """
+        policy = self._config.policies.get(endpoint_id)
+        if policy is None:
+            raise UnknownEndpointError(endpoint_id)
+        if policy.identity is IdentityKind.TENANT and self._jwt is None:
+            raise ConfigError(
+                "jwt", f"missing section: tenant policy {endpoint_id!r} needs it over HTTP"
+            )
+        return policy
+
+    def prepare(self, policy: Policy, request: RequestView) -> Prepared | Outcome:
+        """The request's identity, or the 401 outcome of a tenant request without one."""
+        custom = self._hooks.identify(request, policy)
+        if custom is not None:
+            return Prepared(TenantIdentity(custom) if isinstance(custom, str) else custom, None)
+        if policy.identity is IdentityKind.ANONYMOUS:
+            return self._anonymous(request)
+        if self._jwt is None:
+            raise ConfigError(
+                "jwt", f"missing section: tenant policy {policy.endpoint_id!r} needs it"
+            )
+        try:
+            tenant = self._jwt.tenant_from_authorization(request.headers.get("authorization"))
+        except AuthError as error:
+            return unauthorized(error)
+        return Prepared(TenantIdentity(tenant), None)
+
+    def outcome(self, decision: Decision, cookie: Cookie | None) -> Outcome:
+        """SPEC §4's table for a decision."""
+        headers = ratelimit_headers(decision) if self._config.ratelimit_headers else []
+        if decision.allowed:
+            return Outcome(True, 200, tuple(headers), cookie=cookie, decision=decision)
+        if decision.reason in _TOO_MANY:
+            status, problem_type, title, detail = (
+                429,
+                QUOTA_EXCEEDED,
+                "Too Many Requests",
+                "rate limit exceeded",
+            )
+        else:
+            status, problem_type = 503, TEMPORARY_REDUCED_CAPACITY
+            title, detail = "Service Unavailable", "rate limiter unavailable"
+        if decision.retry_after_seconds is not None:
+            headers.insert(0, ("Retry-After", str(decision.retry_after_seconds)))
+        body: dict[str, Any] = {
+            "type": problem_type,
+            "title": title,
+            "status": status,
+            "detail": detail,
+        }
+        if status == 429:
+            body["violated-policies"] = [decision.endpoint_id]
+        headers.append(("Content-Type", PROBLEM_JSON))
+        return Outcome(False, status, tuple(headers), json.dumps(body).encode(), decision=decision)
+
+    def _anonymous(self, request: RequestView) -> Prepared:
+        assert self._cookies is not None  # the config loader requires the section
+        settings = self._cookies.config
+        device_id = self._cookies.verify(request.cookies.get(settings.cookie_name))
+        cookie = None
+        if device_id is None:
+            device_id, value = self._cookies.mint()
+            cookie = Cookie(
+                settings.cookie_name, value, settings.cookie_max_age_seconds, settings.secure
+            )
+        return Prepared(AnonymousIdentity(device_id, client_network(request.peer)), cookie)
+
+
+def unauthorized(error: AuthError) -> Outcome:
+    """401 with an RFC 6750 challenge (error code only when credentials were sent)."""
+    challenge = "Bearer"
+    if error.error is not None:
+        challenge += f' error="{error.error}", error_description="{error.description}"'
+    body = {
+        "type": "about:blank",
+        "title": "Unauthorized",
+        "status": 401,
+        "detail": error.description,
+    }
+    headers = (("WWW-Authenticate", challenge), ("Content-Type", PROBLEM_JSON))
+    return Outcome(False, 401, headers, json.dumps(body).encode())
+
+
+def ratelimit_headers(decision: Decision) -> list[tuple[str, str]]:
+    """``RateLimit-Policy`` and ``RateLimit`` in the syntax of the IETF httpapi draft
+    (structured-field lists: ``"name";q=..;w=..;pk=:..:`` and ``"name";r=..;t=..;pk=:..:``)."""
+    policy = decision.policy
+    name = '"' + decision.endpoint_id.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    pk = base64.b64encode(bytes.fromhex(decision.identity_hash)[:_PARTITION_KEY_BYTES]).decode()
+    return [
+        ("RateLimit-Policy", f"{name};q={policy.limit};w={_window_seconds(policy)};pk=:{pk}:"),
+        ("RateLimit", f"{name};r={decision.remaining};t={decision.reset_seconds};pk=:{pk}:"),
+    ]
+
+
+def _window_seconds(policy: Policy) -> int:
+    """The sliding window's length, or the time a token bucket takes to refill fully."""
+    rate = policy.rate
+    if policy.algorithm is Algorithm.SLIDING_WINDOW:
+        return rate.period_seconds
+    return max(1, -(-policy.burst * rate.period_seconds // rate.count))
