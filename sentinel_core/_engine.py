@@ -135,7 +135,7 @@ class Attempt:
         verdict = self._engine.emergency.acquire(policy.endpoint_id, policy.fallback_rate)
         return self._finish(
             verdict.allowed,
-            reason,
+            cause if verdict.allowed else DecisionReason.EMERGENCY_LOCAL_LIMIT,
             verdict.remaining,
             verdict.retry_after_seconds,
             verdict.reset_seconds,
