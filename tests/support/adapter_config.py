@@ -1,0 +1,55 @@
+"""What every adapter's HTTP suite shares: the SPEC §2 configuration and bearer tokens."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jwt
+
+JWT_KEY = "test-jwt-key-0123456789abcdef-0123456789"
+COOKIE_SECRET = "test-cookie-secret-0123456789abcdef-0123"
+
+
+def spec_config(redis_url: str, **overrides: Any) -> dict[str, Any]:
+    """The three policies of SPEC §2, small enough to exhaust in a test.
+
+    ``resumint.tailor``: tenant token bucket, fail-open (emergency 2/second);
+    ``pdftalk.ingest``: tenant sliding window, fail-closed;
+    ``auth.login``: anonymous token bucket, fail-closed.
+    """
+    config: dict[str, Any] = {
+        "redis_url": redis_url,
+        "socket_timeout_ms": 50,
+        "jwt": {"algorithms": ["HS256"], "key": JWT_KEY},
+        "anonymous": {"cookie_secret": COOKIE_SECRET, "secure": False},
+        "breaker": {"failure_threshold": 3, "open_seconds": 30},
+        "policies": {
+            "resumint.tailor": {
+                "algorithm": "token_bucket",
+                "rate": "1/minute",
+                "burst": 3,
+                "fail_mode": "open",
+                "fallback_rate": "2/second",
+            },
+            "pdftalk.ingest": {
+                "algorithm": "sliding_window",
+                "rate": "3/minute",
+                "fail_mode": "closed",
+            },
+            "auth.login": {
+                "algorithm": "token_bucket",
+                "rate": "2/minute",
+                "identity": "anonymous",
+                "fail_mode": "closed",
+            },
+        },
+    }
+    config.update(overrides)
+    return config
+
+
+def bearer(tenant: str, *, key: str = JWT_KEY, expires_in: int = 300, **claims: Any) -> str:
+    """An ``Authorization`` header value with a valid HS256 token for ``tenant``."""
+    payload = {"sub": tenant, "exp": int(time.time()) + expires_in, **claims}
+    return "Bearer " + jwt.encode(payload, key, algorithm="HS256")
