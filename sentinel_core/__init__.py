@@ -15,6 +15,8 @@ from ._errors import (
 from ._http import Cookie, Outcome, RequestView
 from ._jwt import AuthError
 from ._keys import AnonymousIdentity, Identity, TenantIdentity
+from ._logging import DecisionLogPlugin
+from ._metrics import MetricsPlugin
 from ._models import Algorithm, Decision, DecisionReason, FailMode, IdentityKind, Policy, Rate
 from ._protocol import Check, ServerReport
 from ._sentinel import Sentinel
@@ -32,6 +34,7 @@ __all__ = [
     "ConfigError",
     "Cookie",
     "Decision",
+    "DecisionLogPlugin",
     "DecisionReason",
     "EmergencyLimiter",
     "FailMode",
@@ -39,6 +42,7 @@ __all__ = [
     "IdentityKind",
     "JwtConfig",
     "JwtKey",
+    "MetricsPlugin",
     "Outcome",
     "Policy",
     "Rate",

@@ -20,6 +20,8 @@ from ._emergency import EmergencyLimiter
 from ._engine import DecisionEngine
 from ._http import HttpLayer, Outcome, Prepared, RequestView
 from ._keys import Identity, TenantIdentity
+from ._logging import DecisionLogPlugin
+from ._metrics import MetricsPlugin
 from ._models import Decision, Policy
 from ._plugins import Hooks, make_plugin_manager
 from ._protocol import ServerReport
@@ -58,6 +60,10 @@ class Sentinel:
             half_open_max_probes=breaker.half_open_max_probes,
             on_transition=self.hooks.breaker_transition,
         )
+        # The built-in observers are plain plugins: unregister them by name to opt out.
+        manager = self.hooks.manager
+        manager.register(MetricsPlugin(registry, self.breaker.state), "sentinel.metrics")
+        manager.register(DecisionLogPlugin(self.breaker), "sentinel.logging")
         self.engine = DecisionEngine(
             self.config.policies, self.breaker, EmergencyLimiter(), self.hooks
         )

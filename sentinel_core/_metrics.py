@@ -1,0 +1,192 @@
+"""The built-in Prometheus metrics (SPEC §7): a plugin on `sentinel_decision` and
+`sentinel_breaker_transition`, like any third-party observer.
+
+Collectors are shared per registry. prometheus_client refuses to register a metric name
+twice in one `CollectorRegistry` ("Duplicated timeseries"), yet several `Sentinel`
+instances may live in one process (an app and a worker, tests, two adapters). So the
+collectors of a registry are created once, kept in a cache keyed (weakly) by the
+registry, and every `MetricsPlugin` on that registry writes to them: counters and the
+histogram simply add up. The unlabeled breaker gauge cannot add up; it shows the least
+healthy breaker among the live instances sharing the registry (open, then half-open,
+then closed), so "is any breaker open?" stays answerable from one series.
+
+Label values come only from the configuration and from enums (endpoint ids, decision
+reasons, breaker states): never an identity, so the number of series is bounded by the
+configuration, not by traffic.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from typing import Any, Final, Literal
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+from ._breaker import BreakerState
+from ._models import Decision, DecisionReason
+from .hookspecs import hookimpl
+
+DURATION_BUCKETS = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+)
+"""Seconds: from a 50 µs in-process decision to a 100 ms Redis call (far past any sane
+``socket_timeout_ms``), about three buckets per decade."""
+
+BREAKER_MULTIPROCESS_MODE: Final[Literal["liveall"]] = "liveall"
+"""Each process has its own breaker (SPEC §3), so under a multiprocess collector every
+live worker keeps its own series (a ``pid`` label); a dead worker's series goes away
+with it instead of reporting a stale OPEN forever."""
+
+_SEVERITY = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
+
+
+class SentinelMetrics:
+    """The SPEC §7 collectors of one registry, and the breaker states feeding its gauge."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.decisions = Counter(
+            "sentinel_decisions_total",
+            "Rate limiting decisions, by endpoint, reason and whether the request passed.",
+            ["endpoint_id", "decision_reason", "allowed"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "sentinel_decision_duration_seconds",
+            "Time to decide one request, Redis round trip included.",
+            ["endpoint_id"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.breaker_state = Gauge(
+            "sentinel_breaker_state",
+            "Circuit breaker state: 0 closed, 1 open, 2 half-open "
+            "(the least healthy breaker when several Sentinels share the registry).",
+            registry=registry,
+            multiprocess_mode=BREAKER_MULTIPROCESS_MODE,
+        )
+        self.transitions = Counter(
+            "sentinel_breaker_transitions_total",
+            "Circuit breaker transitions, by the state entered.",
+            ["state"],
+            registry=registry,
+        )
+        self.shadow_denials = Counter(
+            "sentinel_shadow_denials_total",
+            "Requests a shadow-mode policy would have denied (and let through).",
+            ["endpoint_id", "decision_reason"],
+            registry=registry,
+        )
+        for state in BreakerState:
+            # Every state's series exists from the start, so rate() and alerts see a 0.
+            self.transitions.labels(state=str(state))
+        self._lock = threading.RLock()  # re-entrant: `forget` may run from a GC finalizer
+        self._states: dict[int, BreakerState] = {}
+        self._tokens = itertools.count()
+        self._decision_children: dict[tuple[str, DecisionReason, bool], Any] = {}
+        self._duration_children: dict[str, Any] = {}
+        self._shadow_children: dict[tuple[str, DecisionReason], Any] = {}
+
+    def track(self, state: BreakerState) -> int:
+        """Start following one breaker; returns the token its updates are filed under."""
+        with self._lock:
+            token = next(self._tokens)
+            self._states[token] = state
+            self._publish()
+        return token
+
+    def set_state(self, token: int, state: BreakerState) -> None:
+        with self._lock:
+            self._states[token] = state
+            self._publish()
+
+    def forget(self, token: int) -> None:
+        """Stop following a breaker whose Sentinel is gone."""
+        with self._lock:
+            self._states.pop(token, None)
+            self._publish()
+
+    def record(self, decision: Decision) -> None:
+        """Count and time one decision (label children cached: this is the hot path)."""
+        key = (decision.endpoint_id, decision.reason, decision.allowed)
+        counter = self._decision_children.get(key)
+        if counter is None:
+            counter = self._decision_children[key] = self.decisions.labels(
+                decision.endpoint_id, decision.reason.value, "true" if decision.allowed else "false"
+            )
+        counter.inc()
+        histogram = self._duration_children.get(decision.endpoint_id)
+        if histogram is None:
+            histogram = self._duration_children[decision.endpoint_id] = self.duration.labels(
+                decision.endpoint_id
+            )
+        histogram.observe(decision.latency_us / 1_000_000)
+        if decision.shadow and not decision.would_allow:
+            shadow_key = (decision.endpoint_id, decision.reason)
+            shadow = self._shadow_children.get(shadow_key)
+            if shadow is None:
+                shadow = self._shadow_children[shadow_key] = self.shadow_denials.labels(
+                    decision.endpoint_id, decision.reason.value
+                )
+            shadow.inc()
+
+    def _publish(self) -> None:
+        states = self._states.values()
+        worst = max(states, key=_SEVERITY.__getitem__, default=BreakerState.CLOSED)
+        self.breaker_state.set(int(worst))
+
+
+_by_registry: weakref.WeakKeyDictionary[CollectorRegistry, SentinelMetrics] = (
+    weakref.WeakKeyDictionary()
+)
+_by_registry_lock = threading.Lock()
+
+
+def metrics_for(registry: CollectorRegistry | None = None) -> SentinelMetrics:
+    """The collectors of ``registry`` (prometheus_client's default REGISTRY when None),
+    created and registered on first use, shared afterwards."""
+    target = REGISTRY if registry is None else registry
+    with _by_registry_lock:
+        metrics = _by_registry.get(target)
+        if metrics is None:
+            metrics = _by_registry[target] = SentinelMetrics(target)
+    return metrics
+
+
+class MetricsPlugin:
+    """The built-in metrics plugin of one `Sentinel`, registered as ``sentinel.metrics``.
+
+    Args:
+        registry: where the collectors live; prometheus_client's default REGISTRY when None.
+        breaker_state: the state of this Sentinel's breaker now, published at once so
+            the gauge is current before the first transition.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        breaker_state: BreakerState = BreakerState.CLOSED,
+    ) -> None:
+        self.metrics = metrics_for(registry)
+        self._token = self.metrics.track(breaker_state)
+        weakref.finalize(self, self.metrics.forget, self._token)
+
+    @hookimpl
+    def sentinel_decision(self, decision: Decision, request: Any) -> None:
+        self.metrics.record(decision)
+
+    @hookimpl
+    def sentinel_breaker_transition(self, previous: BreakerState, current: BreakerState) -> None:
+        self.metrics.transitions.labels(state=str(current)).inc()
+        self.metrics.set_state(self._token, current)

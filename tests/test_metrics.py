@@ -1,0 +1,298 @@
+"""The built-in Prometheus metrics (SPEC §7), read back from a fresh registry per test."""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+
+from sentinel_core import BreakerState, CircuitBreaker, DecisionReason, Sentinel
+from sentinel_core._metrics import DURATION_BUCKETS, MetricsPlugin
+from tests.conftest import make_config
+from tests.support.redis_server import free_port
+
+SPEC_METRICS = (
+    "sentinel_decisions_total",
+    "sentinel_decision_duration_seconds",
+    "sentinel_breaker_state",
+    "sentinel_breaker_transitions_total",
+)
+BUCKET = {"algorithm": "token_bucket", "rate": "1/minute", "burst": 2, "fail_mode": "closed"}
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+def memory_sentinel(registry: CollectorRegistry | None, **policies: dict[str, Any]) -> Sentinel:
+    config = make_config("memory://", **(policies or {"api__ingest": BUCKET}))
+    return Sentinel(config, registry=registry, entry_points=False)
+
+
+def dead_sentinel(registry: CollectorRegistry, **policies: dict[str, Any]) -> Sentinel:
+    """A Sentinel whose Redis is a closed loopback port: every call is a connection error."""
+    config = make_config(f"redis://127.0.0.1:{free_port()}/0", **policies)
+    config["breaker"] = {"failure_threshold": 2, "open_seconds": 30}
+    return Sentinel(config, registry=registry, entry_points=False)
+
+
+def decisions(
+    registry: CollectorRegistry, endpoint: str, reason: str, allowed: str
+) -> float | None:
+    return registry.get_sample_value(
+        "sentinel_decisions_total",
+        {"endpoint_id": endpoint, "decision_reason": reason, "allowed": allowed},
+    )
+
+
+def gauge(registry: CollectorRegistry) -> float | None:
+    return registry.get_sample_value("sentinel_breaker_state")
+
+
+def transitions(registry: CollectorRegistry, state: str) -> float | None:
+    return registry.get_sample_value("sentinel_breaker_transitions_total", {"state": state})
+
+
+def series(registry: CollectorRegistry) -> list[tuple[str, dict[str, str]]]:
+    return [
+        (sample.name, sample.labels)
+        for metric in registry.collect()
+        for sample in metric.samples
+        if not sample.name.endswith("_created")
+    ]
+
+
+def test_every_spec_metric_is_in_the_exposition(registry: CollectorRegistry) -> None:
+    memory_sentinel(registry).evaluate("api.ingest", "acme")
+    exposition = generate_latest(registry).decode()
+    for name in (*SPEC_METRICS, "sentinel_shadow_denials_total"):
+        assert f"# TYPE {name.removesuffix('_total')}" in exposition
+
+
+def test_decisions_are_counted_per_endpoint_reason_and_allowed(
+    registry: CollectorRegistry,
+) -> None:
+    sentinel = memory_sentinel(registry)
+    for _ in range(5):
+        sentinel.evaluate("api.ingest", "acme")
+    assert decisions(registry, "api.ingest", "allowed", "true") == 2
+    assert decisions(registry, "api.ingest", "rate_limited", "false") == 3
+    assert decisions(registry, "api.ingest", "rate_limited", "true") is None
+
+
+def test_store_failures_are_counted_with_their_reason(registry: CollectorRegistry) -> None:
+    sentinel = dead_sentinel(
+        registry,
+        api__closed={"algorithm": "token_bucket", "rate": "5/second", "fail_mode": "closed"},
+        api__open={
+            "algorithm": "token_bucket",
+            "rate": "5/second",
+            "fail_mode": "open",
+            "fallback_rate": "100/second",
+        },
+    )
+    sentinel.evaluate("api.open", "acme")
+    sentinel.evaluate("api.closed", "acme")
+    sentinel.evaluate("api.closed", "acme")  # the breaker is open now: no Redis call
+    assert decisions(registry, "api.open", "redis_connection_error", "true") == 1
+    assert decisions(registry, "api.closed", "fail_closed", "false") == 1
+    assert decisions(registry, "api.closed", "circuit_open", "false") == 1
+
+
+def test_the_duration_histogram_observes_every_decision(registry: CollectorRegistry) -> None:
+    sentinel = memory_sentinel(registry)
+    for _ in range(4):
+        sentinel.evaluate("api.ingest", "acme")
+    labels = {"endpoint_id": "api.ingest"}
+    assert registry.get_sample_value("sentinel_decision_duration_seconds_count", labels) == 4
+    total = registry.get_sample_value("sentinel_decision_duration_seconds_sum", labels)
+    assert total is not None
+    assert 0 < total < 1
+
+
+def test_latency_is_observed_in_seconds_in_the_microsecond_buckets(
+    registry: CollectorRegistry,
+) -> None:
+    sentinel = memory_sentinel(registry)
+    decision = sentinel.evaluate("api.ingest", "acme")
+    plugin = MetricsPlugin(registry)
+
+    def bucket(le: float) -> float | None:
+        return registry.get_sample_value(
+            "sentinel_decision_duration_seconds_bucket",
+            {"endpoint_id": "api.ingest", "le": str(le)},
+        )
+
+    before = {le: bucket(le) for le in DURATION_BUCKETS}
+    plugin.sentinel_decision(decision=replace(decision, latency_us=300), request=None)
+    after = {le: bucket(le) for le in DURATION_BUCKETS}
+    grew = [le for le in DURATION_BUCKETS if after[le] != before[le]]
+    assert grew == [le for le in DURATION_BUCKETS if le >= 0.0005]  # 300 µs <= 0.5 ms
+    assert DURATION_BUCKETS[0] == 0.00005
+    assert DURATION_BUCKETS[-1] == 0.1
+
+
+def test_the_breaker_gauge_starts_closed(registry: CollectorRegistry) -> None:
+    memory_sentinel(registry)
+    assert gauge(registry) == 0
+    for state in ("closed", "open", "half_open"):
+        assert transitions(registry, state) == 0
+
+
+def test_the_breaker_gauge_follows_a_real_outage_to_open(registry: CollectorRegistry) -> None:
+    sentinel = dead_sentinel(
+        registry,
+        api__ingest={"algorithm": "token_bucket", "rate": "5/second", "fail_mode": "closed"},
+    )
+    sentinel.evaluate("api.ingest", "acme")
+    assert gauge(registry) == 0
+    assert sentinel.breaker.state is BreakerState.CLOSED
+    sentinel.evaluate("api.ingest", "acme")
+    assert sentinel.breaker.state is BreakerState.OPEN
+    assert gauge(registry) == 1
+    assert transitions(registry, "open") == 1
+
+
+def test_the_breaker_gauge_follows_every_transition(registry: CollectorRegistry) -> None:
+    """A breaker on an injected clock, reporting through a Sentinel's hooks, walks the
+    whole cycle: CLOSED -> OPEN -> HALF_OPEN -> OPEN -> HALF_OPEN -> CLOSED."""
+    sentinel = memory_sentinel(registry)
+    now = [0.0]
+    breaker = CircuitBreaker(
+        1, 30, clock=lambda: now[0], on_transition=sentinel.hooks.breaker_transition
+    )
+    breaker.record_failure(_permit(breaker))
+    assert gauge(registry) == 1
+    now[0] += 30
+    probe = _permit(breaker)
+    assert gauge(registry) == 2
+    breaker.record_failure(probe)
+    assert gauge(registry) == 1
+    now[0] += 30
+    breaker.record_success(_permit(breaker))
+    assert gauge(registry) == 0
+    assert transitions(registry, "open") == 2
+    assert transitions(registry, "half_open") == 2
+    assert transitions(registry, "closed") == 1
+
+
+def _permit(breaker: CircuitBreaker) -> Any:
+    permit = breaker.acquire()
+    assert permit is not None
+    return permit
+
+
+def test_separate_registries_do_not_collide() -> None:
+    first, second = CollectorRegistry(), CollectorRegistry()
+    a, b = memory_sentinel(first), memory_sentinel(second)
+    a.evaluate("api.ingest", "acme")
+    a.evaluate("api.ingest", "acme")
+    b.evaluate("api.ingest", "acme")
+    assert decisions(first, "api.ingest", "allowed", "true") == 2
+    assert decisions(second, "api.ingest", "allowed", "true") == 1
+
+
+def test_sentinels_sharing_a_registry_add_up(registry: CollectorRegistry) -> None:
+    a, b = memory_sentinel(registry), memory_sentinel(registry)
+    a.evaluate("api.ingest", "acme")
+    b.evaluate("api.ingest", "globex")
+    assert decisions(registry, "api.ingest", "allowed", "true") == 2
+
+
+def test_a_shared_registry_gauge_shows_the_least_healthy_breaker(
+    registry: CollectorRegistry,
+) -> None:
+    healthy = memory_sentinel(registry)
+    broken = dead_sentinel(
+        registry,
+        api__ingest={"algorithm": "token_bucket", "rate": "5/second", "fail_mode": "closed"},
+    )
+    broken.evaluate("api.ingest", "acme")
+    broken.evaluate("api.ingest", "acme")
+    healthy.evaluate("api.ingest", "acme")
+    assert broken.breaker.state is BreakerState.OPEN
+    assert gauge(registry) == 1
+    del broken
+    gc.collect()
+    assert gauge(registry) == 0  # the open breaker's Sentinel is gone
+    assert healthy.breaker.state is BreakerState.CLOSED
+
+
+def test_without_a_registry_the_default_registry_is_used() -> None:
+    def allowed() -> float:
+        return decisions(REGISTRY, "api.defaults", "allowed", "true") or 0.0
+
+    before = allowed()
+    memory_sentinel(None, api__defaults=BUCKET).evaluate("api.defaults", "acme")
+    memory_sentinel(None, api__defaults=BUCKET).evaluate("api.defaults", "acme")
+    assert allowed() == before + 2
+
+
+def test_ten_thousand_tenants_leave_the_series_unchanged(registry: CollectorRegistry) -> None:
+    sentinel = memory_sentinel(registry)
+    for _ in range(3):  # both reasons' series exist before counting
+        sentinel.evaluate("api.ingest", "warm-up")
+    before = series(registry)
+    for index in range(10_000):
+        assert sentinel.evaluate("api.ingest", f"tenant-{index}-secret").allowed
+    after = series(registry)
+    assert after == before
+    assert decisions(registry, "api.ingest", "allowed", "true") == 10_002
+
+
+def test_no_label_value_contains_an_identity(registry: CollectorRegistry) -> None:
+    sentinel = memory_sentinel(registry)
+    tenants = [f"tenant-{index}@example.com" for index in range(50)]
+    reasons = set()
+    for tenant in tenants:
+        for _ in range(3):
+            decision = sentinel.evaluate("api.ingest", tenant)
+            reasons.add(decision.reason)
+            assert decision.identity_hash not in str(series(registry))
+    assert reasons == {DecisionReason.ALLOWED, DecisionReason.RATE_LIMITED}
+    for _, labels in series(registry):
+        for value in labels.values():
+            assert "tenant-" not in value
+            assert "@" not in value
+            assert len(value) < 64  # no hash either
+
+
+def test_shadow_denials_are_visible_while_requests_pass(registry: CollectorRegistry) -> None:
+    sentinel = memory_sentinel(registry, api__trial={**BUCKET, "shadow": True})
+    results = [sentinel.evaluate("api.trial", "acme") for _ in range(5)]
+    assert all(decision.allowed for decision in results)
+    assert [decision.would_allow for decision in results] == [True, True, False, False, False]
+    assert decisions(registry, "api.trial", "rate_limited", "true") == 3
+    assert decisions(registry, "api.trial", "allowed", "true") == 2
+    assert (
+        registry.get_sample_value(
+            "sentinel_shadow_denials_total",
+            {"endpoint_id": "api.trial", "decision_reason": "rate_limited"},
+        )
+        == 3
+    )
+
+
+def test_enforcing_denials_are_not_counted_as_shadow(registry: CollectorRegistry) -> None:
+    sentinel = memory_sentinel(registry)
+    for _ in range(4):
+        sentinel.evaluate("api.ingest", "acme")
+    assert decisions(registry, "api.ingest", "rate_limited", "false") == 2
+    assert (
+        registry.get_sample_value(
+            "sentinel_shadow_denials_total",
+            {"endpoint_id": "api.ingest", "decision_reason": "rate_limited"},
+        )
+        is None
+    )
+
+
+def test_the_metrics_plugin_can_be_unregistered_by_name(registry: CollectorRegistry) -> None:
+    sentinel = memory_sentinel(registry)
+    sentinel.hooks.manager.unregister(name="sentinel.metrics")
+    sentinel.evaluate("api.ingest", "acme")
+    assert decisions(registry, "api.ingest", "allowed", "true") is None
