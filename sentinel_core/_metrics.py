@@ -180,7 +180,9 @@ class MetricsPlugin:
     ) -> None:
         self.metrics = metrics_for(registry)
         self._token = self.metrics.track(breaker_state)
-        weakref.finalize(self, self.metrics.forget, self._token)
+        # Forget this breaker when its Sentinel is collected; not at interpreter exit,
+        # where nothing reads the gauge any more.
+        weakref.finalize(self, self.metrics.forget, self._token).atexit = False
 
     @hookimpl
     def sentinel_decision(self, decision: Decision, request: Any) -> None:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from sentinel_core import BreakerState, CircuitBreaker, DecisionReason, Sentinel
 from sentinel_core._metrics import DURATION_BUCKETS, MetricsPlugin
@@ -51,6 +56,11 @@ def decisions(
 
 def gauge(registry: CollectorRegistry) -> float | None:
     return registry.get_sample_value("sentinel_breaker_state")
+
+
+def gauge_of(registry: CollectorRegistry, pid: str) -> float | None:
+    """A multiprocess worker's breaker state (``liveall`` adds a ``pid`` label)."""
+    return registry.get_sample_value("sentinel_breaker_state", {"pid": pid})
 
 
 def transitions(registry: CollectorRegistry, state: str) -> float | None:
@@ -296,3 +306,59 @@ def test_the_metrics_plugin_can_be_unregistered_by_name(registry: CollectorRegis
     sentinel.hooks.manager.unregister(name="sentinel.metrics")
     sentinel.evaluate("api.ingest", "acme")
     assert decisions(registry, "api.ingest", "allowed", "true") is None
+
+
+WORKER = """
+import sys
+from sentinel_core import Sentinel
+
+url, decisions = sys.argv[1], int(sys.argv[2])
+policy = {"algorithm": "token_bucket", "rate": "2/minute", "fail_mode": "closed"}
+config = {"redis_url": url, "breaker": {"failure_threshold": 1}, "policies": {"api.x": policy}}
+sentinel = Sentinel(config, entry_points=False)
+for _ in range(decisions):
+    sentinel.evaluate("api.x", "tenant")
+print("ready", flush=True)
+sys.stdin.readline()  # stay alive, like a worker, until the test lets go
+"""
+
+
+@pytest.mark.slow
+def test_multiprocess_workers_add_up_and_keep_one_breaker_series_each(tmp_path: Path) -> None:
+    """The documented gunicorn setup: PROMETHEUS_MULTIPROC_DIR, a MultiProcessCollector on
+    a fresh registry, and ``mark_process_dead`` when a worker exits."""
+    environment = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, url, str(count)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=environment,
+            text=True,
+        )
+        for url, count in (("memory://", 3), (dead, 2))
+    ]
+    try:
+        for worker in workers:
+            assert worker.stdout is not None
+            assert worker.stdout.readline().strip() == "ready"
+        healthy, broken = (str(worker.pid) for worker in workers)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=str(tmp_path))
+        assert gauge_of(registry, healthy) == 0
+        assert gauge_of(registry, broken) == 1
+        assert decisions(registry, "api.x", "allowed", "true") == 2
+        assert decisions(registry, "api.x", "rate_limited", "false") == 1
+        assert decisions(registry, "api.x", "fail_closed", "false") == 1
+        assert decisions(registry, "api.x", "circuit_open", "false") == 1
+        assert transitions(registry, "open") == 1
+    finally:
+        for worker in workers:
+            worker.communicate("\n", timeout=30)
+    mark_process_dead(int(broken), str(tmp_path))
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(tmp_path))
+    assert gauge_of(registry, broken) is None  # a dead worker's breaker is not reported
+    assert gauge_of(registry, healthy) == 0
+    assert decisions(registry, "api.x", "circuit_open", "false") == 1  # counts survive
