@@ -1,0 +1,83 @@
+"""Flask request in, Flask response out: the only place the adapter touches either.
+
+SPEC §4 lives in `sentinel_core._http`; this module only moves values across the
+boundary. The client address is WSGI ``REMOTE_ADDR`` (``request.remote_addr``) and
+nothing else: no forwarding header is ever read here (an app behind a trusted proxy
+applies Werkzeug's ``ProxyFix``, which rewrites ``REMOTE_ADDR`` itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from flask import Request, Response, current_app
+from werkzeug.datastructures import Headers
+
+from sentinel_core import Outcome, RequestView
+
+
+class HeaderMapping(Mapping[str, str]):
+    """Werkzeug's headers as the read-only, case-insensitive ``Mapping`` the core expects.
+
+    Werkzeug's `Headers` looks up names case-insensitively but iterates ``(name, value)``
+    pairs, so it is not a ``Mapping``; this view iterates names like one.
+    """
+
+    __slots__ = ("_headers",)
+
+    def __init__(self, headers: Headers) -> None:
+        self._headers = headers
+
+    def __getitem__(self, name: str) -> str:
+        value = self._headers.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        # Straight to Werkzeug's lookup: Mapping.get would go through a KeyError.
+        return self._headers.get(name, default)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._headers.keys())
+
+    def __len__(self) -> int:
+        return len(self._headers)
+
+
+def request_view(request: Request) -> RequestView:
+    """What the core needs of ``request``; ``route`` is the matched rule's template."""
+    rule = request.url_rule
+    return RequestView(
+        method=request.method,
+        route=rule.rule if rule is not None else None,
+        headers=HeaderMapping(request.headers),
+        cookies=request.cookies,
+        peer=request.remote_addr,
+        native=request,
+    )
+
+
+def denial_response(outcome: Outcome) -> Response:
+    """A denied outcome (401, 429, 503) as the app's response class; its headers carry
+    the problem+json ``Content-Type``."""
+    return current_app.response_class(
+        outcome.body, status=outcome.status, headers=list(outcome.headers)
+    )
+
+
+def decorate_response(response: Response, outcome: Outcome) -> None:
+    """Add an allowed outcome's RateLimit headers and anonymous cookie to ``response``."""
+    for name, value in outcome.headers:
+        response.headers.add(name, value)
+    cookie = outcome.cookie
+    if cookie is not None:
+        response.set_cookie(
+            cookie.name,
+            cookie.value,
+            max_age=cookie.max_age,
+            path=cookie.path,
+            secure=cookie.secure,
+            httponly=cookie.http_only,
+            samesite=cookie.same_site,
+        )

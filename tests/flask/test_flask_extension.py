@@ -1,0 +1,284 @@
+"""The extension's life cycle: configuration, start-up checks, validation, app factories."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.views import MethodView
+from prometheus_client import CollectorRegistry
+
+import sentinel_core
+from sentinel_core import ConfigError, StartupError, UnknownEndpointError
+from sentinel_flask import Sentinel, rate_limited
+from tests.flask.apps import MakeApp, with_routes
+from tests.support.adapter_config import bearer, spec_config
+from tests.support.redis_server import RedisServer
+
+
+def tailor(client: Any, tenant: str = "tenant-a") -> int:
+    status: int = client.post("/v1/tailor", headers={"Authorization": bearer(tenant)}).status_code
+    return status
+
+
+def test_init_app_refuses_an_unknown_key_naming_its_path(make_app: MakeApp) -> None:
+    config = spec_config("memory://")
+    config["policies"]["pdftalk.ingest"]["burts"] = 5
+
+    with pytest.raises(ConfigError) as caught:
+        make_app(config)
+
+    assert caught.value.path == "policies.pdftalk.ingest.burts"
+    assert "policies.pdftalk.ingest.burts: unknown key" in str(caught.value)
+
+
+def test_init_app_refuses_a_bad_value_naming_its_path(make_app: MakeApp) -> None:
+    config = spec_config("memory://")
+    config["policies"]["resumint.tailor"]["rate"] = "2.5/second"
+
+    with pytest.raises(ConfigError) as caught:
+        make_app(config)
+
+    assert caught.value.path == "policies.resumint.tailor.rate"
+
+
+def test_init_app_refuses_a_missing_configuration(make_app: MakeApp) -> None:
+    with pytest.raises(ConfigError, match=r"SENTINEL: missing") as caught:
+        make_app(None)
+
+    assert caught.value.path == "SENTINEL"
+
+
+def test_init_app_refuses_a_configuration_that_is_not_a_mapping(make_app: MakeApp) -> None:
+    with pytest.raises(ConfigError, match="expected a mapping, got list"):
+        make_app(["redis_url", "memory://"])
+
+
+def test_init_app_refuses_both_a_mapping_and_a_file(make_app: MakeApp, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        make_app(spec_config("memory://"), SENTINEL_CONFIG_FILE=str(tmp_path / "x.toml"))
+
+    assert caught.value.path == "SENTINEL_CONFIG_FILE"
+
+
+TOML = """
+[sentinel]
+redis_url = "{redis_url}"
+
+[sentinel.jwt]
+algorithms = ["HS256"]
+key = "test-jwt-key-0123456789abcdef-0123456789"
+
+[sentinel.policies."resumint.tailor"]
+algorithm = "token_bucket"
+rate = "1/minute"
+burst = 2
+fail_mode = "closed"
+"""
+
+
+def test_init_app_reads_a_toml_file_relative_to_the_app_root(
+    tmp_path: Path, redis_url: str
+) -> None:
+    (tmp_path / "sentinel.toml").write_text(TOML.format(redis_url=redis_url))
+    app = Flask("toml_app", root_path=str(tmp_path))
+    app.config["SENTINEL_CONFIG_FILE"] = "sentinel.toml"
+
+    @app.post("/v1/tailor")
+    @rate_limited("resumint.tailor")
+    def tailor_view() -> str:
+        return "ok"
+
+    Sentinel(app, registry=CollectorRegistry())
+    try:
+        client = app.test_client()
+        assert [tailor(client) for _ in range(3)] == [200, 200, 429]
+    finally:
+        app.extensions["sentinel"].close()
+
+
+def test_init_app_names_an_unreadable_toml_file(make_app: MakeApp, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        make_app(None, SENTINEL_CONFIG_FILE=str(tmp_path / "missing.toml"))
+
+
+def test_init_app_refuses_an_allkeys_lru_redis_with_a_clear_message(
+    make_app: MakeApp, lru_redis_server: RedisServer
+) -> None:
+    with pytest.raises(StartupError) as caught:
+        make_app(spec_config(lru_redis_server.url))
+
+    message = str(caught.value)
+    assert "maxmemory-policy is allkeys-lru" in message
+    assert "noeviction" in message
+
+
+def test_init_app_refuses_a_redis_without_maxmemory(
+    make_app: MakeApp, unbounded_redis_server: RedisServer
+) -> None:
+    with pytest.raises(StartupError, match="maxmemory is 0 bytes"):
+        make_app(spec_config(unbounded_redis_server.url))
+
+
+def test_init_app_on_an_unreachable_redis_logs_and_starts(
+    make_app: MakeApp, dead_redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="sentinel"):
+        app = make_app(spec_config(dead_redis_url))
+
+    assert any("unreachable" in record.getMessage() for record in caplog.records)
+    client = app.test_client()
+    # The decision table answers: fail-closed is 503, fail-open is capped, not refused.
+    assert client.post("/v1/ingest", headers={"Authorization": bearer("t")}).status_code == 503
+    assert tailor(client) == 200
+
+
+def test_init_app_refuses_a_routes_entry_naming_no_policy(make_app: MakeApp) -> None:
+    config = with_routes(spec_config("memory://"), **{"POST /v1/upload": "pdftalk.ingets"})
+
+    with pytest.raises(ConfigError) as caught:
+        make_app(config)
+
+    assert caught.value.path == "routes.POST /v1/upload"
+
+
+def test_init_app_refuses_a_decorator_naming_no_policy(make_app: MakeApp) -> None:
+    def views(app: Flask) -> None:
+        @app.post("/typo")
+        @rate_limited("pdftalk.ingets")
+        def typo() -> str:
+            return "never"
+
+    with pytest.raises(UnknownEndpointError) as caught:
+        make_app(spec_config("memory://"), views=views)
+
+    assert caught.value.endpoint_id == "pdftalk.ingets"
+
+
+def test_init_app_refuses_a_tenant_policy_without_the_jwt_section(make_app: MakeApp) -> None:
+    config = spec_config("memory://")
+    del config["jwt"]
+
+    with pytest.raises(ConfigError) as caught:
+        make_app(config)
+
+    assert caught.value.path == "jwt"
+
+
+def test_a_view_registered_after_init_app_is_validated_before_any_request_is_served(
+    make_app: MakeApp,
+) -> None:
+    app = make_app(spec_config("memory://"))
+    sentinel = Sentinel()
+
+    @app.get("/late")
+    @rate_limited("auth.logn")
+    def late() -> str:
+        return "never"
+
+    with pytest.raises(UnknownEndpointError):
+        sentinel.validate(app)
+    client = app.test_client()
+    # Every request fails (the health check too) until the app is fixed: a misconfigured
+    # app must not serve routes it believes guarded.
+    for path in ("/health", "/late", "/health"):
+        with pytest.raises(UnknownEndpointError):
+            client.get(path)
+
+
+def test_a_method_view_method_is_validated_too(make_app: MakeApp) -> None:
+    def views(app: Flask) -> None:
+        class Things(MethodView):
+            @rate_limited("things.create")
+            def post(self) -> str:
+                return "never"
+
+        app.add_url_rule("/things", view_func=Things.as_view("things"))
+
+    with pytest.raises(UnknownEndpointError, match=r"things\.create"):
+        make_app(spec_config("memory://"), views=views)
+
+
+def test_a_routes_entry_that_no_route_answers_is_reported(make_app: MakeApp) -> None:
+    config = with_routes(spec_config("memory://"), **{"POST /v1/uplaod": "pdftalk.ingest"})
+    app = make_app(config)
+
+    with pytest.raises(ConfigError) as caught:
+        Sentinel().validate(app)
+    assert caught.value.path == "routes.POST /v1/uplaod"
+    with pytest.raises(ConfigError):
+        app.test_client().get("/health")
+
+
+def test_validate_passes_on_a_correct_app(make_app: MakeApp) -> None:
+    app = make_app(with_routes(spec_config("memory://")))
+
+    with app.app_context():
+        Sentinel().validate()
+    assert app.test_client().get("/health").status_code == 200
+
+
+def test_init_app_twice_on_one_app_is_refused(make_app: MakeApp) -> None:
+    app = make_app(spec_config("memory://"))
+
+    with pytest.raises(RuntimeError, match="already has a Sentinel"):
+        Sentinel().init_app(app)
+
+
+def test_a_decorated_view_on_an_app_without_init_app_says_so() -> None:
+    app = Flask("uninitialised")
+    app.config["TESTING"] = True
+
+    @app.post("/v1/tailor")
+    @rate_limited("resumint.tailor")
+    def view() -> str:
+        return "never"
+
+    with pytest.raises(RuntimeError, match=r"call Sentinel\(app\) or sentinel.init_app\(app\)"):
+        app.test_client().post("/v1/tailor")
+
+
+def test_rate_limited_needs_an_endpoint_id() -> None:
+    with pytest.raises(TypeError, match="endpoint id"):
+        rate_limited(lambda: None)  # type: ignore[arg-type]
+
+
+def test_app_factory_serves_two_apps_with_different_policies_in_one_process(
+    make_app: MakeApp, redis_url: str
+) -> None:
+    sentinel = Sentinel(registry=CollectorRegistry())
+    strict = spec_config(redis_url)
+    strict["policies"]["resumint.tailor"]["burst"] = 1
+    lenient = spec_config(redis_url.rsplit("/", 1)[0] + "/1")  # its own database
+    lenient["policies"]["resumint.tailor"]["burst"] = 4
+
+    first = make_app(strict, sentinel=sentinel)
+    second = make_app(lenient, sentinel=sentinel)
+
+    assert first.extensions["sentinel"] is not second.extensions["sentinel"]
+    assert not any(isinstance(value, Flask) for value in vars(sentinel).values())
+    with first.app_context():
+        assert sentinel.get_core() is first.extensions["sentinel"]
+    assert sentinel.get_core(second) is second.extensions["sentinel"]
+    assert isinstance(sentinel.get_core(second), sentinel_core.Sentinel)
+    one, two = first.test_client(), second.test_client()
+    assert [tailor(one) for _ in range(2)] == [200, 429]
+    assert [tailor(two) for _ in range(5)] == [200, 200, 200, 200, 429]
+
+
+def test_sentinel_app_form_and_the_memory_store() -> None:
+    app = Flask("direct")
+    app.config["SENTINEL"] = spec_config("memory://")
+
+    @app.post("/v1/tailor")
+    @rate_limited("resumint.tailor")
+    def view() -> str:
+        return "ok"
+
+    Sentinel(app, registry=CollectorRegistry())
+    client = app.test_client()
+
+    assert [tailor(client) for _ in range(4)] == [200, 200, 200, 429]
