@@ -1,0 +1,58 @@
+"""``examples/fastapi_app.py`` starts and enforces its three policies, on ``memory://`` by
+default and on Redis when ``SENTINEL_REDIS_URL`` is set."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import redis
+from fastapi import FastAPI
+
+from examples import fastapi_app
+from tests.fastapi.conftest import serve
+from tests.support.adapter_config import bearer
+
+AUTH = {"Authorization": bearer("acme", key=fastapi_app.DEV_JWT_KEY)}
+
+
+async def statuses(
+    http: httpx.AsyncClient, path: str, count: int, headers: dict[str, str] | None = None
+) -> list[int]:
+    return [(await http.post(path, headers=headers)).status_code for _ in range(count)]
+
+
+def test_the_module_exposes_a_guarded_app() -> None:
+    assert isinstance(fastapi_app.app, FastAPI)
+    assert fastapi_app.app.state.sentinel.config.routes == {"POST /v1/ingest": "pdftalk.ingest"}
+
+
+async def test_example_enforces_its_three_policies_on_the_memory_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SENTINEL_REDIS_URL", raising=False)
+    app = fastapi_app.create_app()
+    assert app.state.sentinel.config.redis_url == "memory://"
+    async with serve(app) as http:
+        tailor = await statuses(http, "/v1/tailor", 21, headers=AUTH)
+        ingest = await statuses(http, "/v1/ingest", 11, headers=AUTH)
+        login = await statuses(http, "/auth/login", 6)
+        unauthorized = await http.post("/v1/tailor")
+        health = await http.get("/health")
+
+    assert tailor == [200] * 20 + [429]
+    assert ingest == [200] * 10 + [429]
+    assert login == [200] * 5 + [429]
+    assert unauthorized.status_code == 401
+    assert health.status_code == 200
+
+
+async def test_example_uses_redis_when_the_url_is_set(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, redis_client: redis.Redis
+) -> None:
+    monkeypatch.setenv("SENTINEL_REDIS_URL", redis_url)
+    async with serve(fastapi_app.create_app()) as http:
+        response = await http.post("/v1/tailor", headers=AUTH, params={"job": "astronaut"})
+
+    assert response.status_code == 200
+    assert response.json() == {"job": "astronaut", "resume": "A resume for an astronaut."}
+    assert redis_client.dbsize() == 1
