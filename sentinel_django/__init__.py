@@ -1,1 +1,15 @@
-"""Sentinel for Django: the adapter is being built (see the project's open issues)."""
+"""Sentinel for Django: settings, system checks, middleware and ``@rate_limited``.
+
+```python
+INSTALLED_APPS += ["sentinel_django"]
+MIDDLEWARE += ["sentinel_django.middleware.SentinelMiddleware"]
+SENTINEL = {...}  # SPEC §2
+
+from sentinel_django import rate_limited
+```
+"""
+
+from .conf import get_sentinel
+from .decorators import rate_limited
+
+__all__ = ["get_sentinel", "rate_limited"]

@@ -1,0 +1,74 @@
+"""The Sentinel instance built from ``settings.SENTINEL`` and its once-only start-up.
+
+Django has no start-up hook that may do network I/O (``AppConfig.ready`` must not), so
+the Redis check and script load run before the first guarded request is served: once
+per built instance, under a lock, whichever thread or event loop gets there first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from sentinel_core import Sentinel, StartupError
+from sentinel_core._stores import MEMORY_URL, AsyncStore
+
+from . import _loops
+
+
+class DjangoSentinel(Sentinel):
+    """`sentinel_core.Sentinel` whose asyncio store follows the running event loop.
+
+    Django runs async views on more than one loop (see `_loops`), so each loop gets its
+    own Redis connections; the breaker, emergency limiter and memory store stay shared
+    by every thread and loop of the process.
+    """
+
+    @property
+    def async_store(self) -> AsyncStore:
+        if self.config.redis_url.startswith(MEMORY_URL):
+            return super().async_store
+        return _loops.store_for(self.config.redis_url, self.config.socket_timeout_ms)
+
+
+class Runtime:
+    """A built Sentinel and whether its start-up check has run."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.sentinel = DjangoSentinel(config)
+        self._lock = threading.Lock()
+        self._started = False
+        self._error: StartupError | None = None
+
+    def ensure_started(self) -> None:
+        """Run the start-up check once (SPEC §5): an unreachable Redis is logged and the
+        check deferred to the first contact; an unfit one fails every guarded request
+        with the check's message, as a failed start-up would.
+
+        Raises:
+            StartupError: Redis is reachable but unfit for Sentinel.
+        """
+        if self._started:
+            return
+        with self._lock:
+            if self._error is not None:
+                raise self._error
+            if not self._started:  # another thread may have run it while this one waited
+                try:
+                    self.sentinel.startup()
+                except StartupError as error:
+                    self._error = error
+                    raise
+                self._started = True
+
+    async def aensure_started(self) -> None:
+        """`ensure_started` for async views: the once-only check runs on a worker thread,
+        so concurrent first requests on any loop wait for one check, never block a loop."""
+        if not self._started:
+            await asyncio.to_thread(self.ensure_started)
+
+    def close(self) -> None:
+        """Release the blocking store's connections (the loop stores close with their loops)."""
+        self.sentinel.close()

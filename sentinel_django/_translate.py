@@ -1,0 +1,93 @@
+"""Django request in, core request view out; core outcome in, Django response out.
+
+Nothing here decides anything (SPEC §4 lives in `sentinel_core._http`): these helpers
+only move values between Django's objects and the core's, for the decorator and the
+middleware alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, HttpResponseBase  # type: ignore[import-untyped]
+
+from sentinel_core import Outcome, RequestView
+
+_DENIAL_MARK = "_sentinel_denial"
+"""Set on the responses Sentinel itself answers, so no other guard decorates them."""
+
+_MERGED_HEADERS = frozenset({"ratelimit-policy", "ratelimit"})
+"""Structured-field lists: a second guard's entries are appended, not overwritten."""
+
+
+def request_view(request: HttpRequest) -> RequestView:
+    """What the core needs of ``request``; the peer is ``REMOTE_ADDR`` and nothing else
+    (proxies' headers are ignored: trusting them is the deployment's business)."""
+    match = request.resolver_match
+    route = None if match is None else "/" + match.route.lstrip("/")
+    return RequestView(
+        method=request.method or "GET",
+        route=route,
+        headers=request.headers,
+        cookies=request.COOKIES,
+        peer=request.META.get("REMOTE_ADDR"),
+        native=request,
+    )
+
+
+def find_request(args: tuple[Any, ...]) -> HttpRequest:
+    """The `HttpRequest` among a view's positional arguments.
+
+    Function views and ``method_decorator`` pass it first; a method decorated without
+    ``method_decorator`` gets ``self`` first. A Django REST framework ``Request`` wraps
+    the Django one in ``_request``.
+
+    Raises:
+        TypeError: no argument is a request (the decorator is on something not a view).
+    """
+    for arg in args[:2]:
+        native = getattr(arg, "_request", arg)
+        if isinstance(native, HttpRequest):
+            return native
+    raise TypeError("@rate_limited: the decorated callable was not given an HttpRequest")
+
+
+def denial(outcome: Outcome) -> HttpResponse:
+    """The response for a denied request: the outcome's status, headers and body."""
+    response = HttpResponse(outcome.body, status=outcome.status, content_type=outcome.media_type)
+    for name, value in outcome.headers:
+        if name.lower() != "content-type":
+            response[name] = value
+    setattr(response, _DENIAL_MARK, True)
+    return response
+
+
+def is_denial(response: HttpResponseBase) -> bool:
+    return bool(getattr(response, _DENIAL_MARK, False))
+
+
+def allow(outcome: Outcome, response: HttpResponseBase) -> None:
+    """Add an allowed outcome's RateLimit headers and device cookie to the view's response.
+
+    A denial answered by another guard (the middleware and a decorator on one view) keeps
+    its own headers, and never receives a cookie (SPEC §4: cookies only on allowed
+    responses).
+    """
+    if is_denial(response):
+        return
+    for name, value in outcome.headers:
+        existing = response.get(name)
+        if existing and name.lower() in _MERGED_HEADERS:
+            value = f"{existing}, {value}"
+        response[name] = value
+    cookie = outcome.cookie
+    if cookie is not None:
+        response.set_cookie(
+            cookie.name,
+            cookie.value,
+            max_age=cookie.max_age,
+            path=cookie.path,
+            secure=cookie.secure,
+            httponly=cookie.http_only,
+            samesite=cookie.same_site,
+        )

@@ -1,0 +1,28 @@
+"""The Django app: registers the system checks and builds Sentinel without network I/O."""
+
+from __future__ import annotations
+
+import contextlib
+
+from django.apps import AppConfig  # type: ignore[import-untyped]
+from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped]
+
+
+class SentinelAppConfig(AppConfig):  # type: ignore[misc]
+    name = "sentinel_django"
+    label = "sentinel"
+    verbose_name = "Sentinel rate limiting"
+
+    def ready(self) -> None:
+        """Register the checks and build the instance from ``settings.SENTINEL``.
+
+        Building loads the configuration and the plugins, and opens no connection: the
+        Redis check runs before the first guarded request (and in ``check --deploy``).
+        An invalid configuration does not stop ``ready``: the ``sentinel.E001`` system
+        check reports it with its key path, and guarded requests raise it.
+        """
+        from . import checks, conf
+
+        checks.register_checks()
+        with contextlib.suppress(ImproperlyConfigured):
+            conf.runtime()

@@ -1,0 +1,88 @@
+"""Settings, read lazily, and the Sentinel instance built from them.
+
+``settings.SENTINEL`` is read when first needed, never at import, so the app can be
+imported before settings are configured. The built instance is cached and rebuilt
+when ``SENTINEL`` changes (``override_settings`` sends ``setting_changed``), so tests
+can swap policies or Redis servers per test.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings  # type: ignore[import-untyped]
+from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped]
+from django.core.signals import setting_changed  # type: ignore[import-untyped]
+
+from sentinel_core import ConfigError, Sentinel
+
+from ._runtime import Runtime
+
+SETTING = "SENTINEL"
+
+
+_lock = threading.Lock()
+_runtime: Runtime | None = None
+
+
+def runtime() -> Runtime:
+    """The Runtime for the current settings, built on first use (no network I/O).
+
+    Raises:
+        ImproperlyConfigured: ``SENTINEL`` is missing or invalid (the message names
+            the key path, as the ``sentinel.E001`` system check does).
+    """
+    current = _runtime
+    if current is not None:
+        return current
+    return _build()
+
+
+def get_sentinel() -> Sentinel:
+    """The `sentinel_core.Sentinel` built from ``settings.SENTINEL``, for code outside a
+    view (workers, management commands) that wants the same policies and breaker."""
+    return runtime().sentinel
+
+
+def load_settings() -> Mapping[str, Any]:
+    """``settings.SENTINEL`` as a mapping, read now (settings may have changed).
+
+    Raises:
+        ConfigError: the setting is missing or not a mapping.
+    """
+    value = getattr(settings, SETTING, None)
+    if value is None:
+        raise ConfigError("", "missing setting: a dict with redis_url and policies")
+    if not isinstance(value, Mapping):
+        raise ConfigError("", f"expected a dict, got {type(value).__name__}")
+    return value
+
+
+def _build() -> Runtime:
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            try:
+                _runtime = Runtime(load_settings())
+            except ConfigError as error:
+                raise ImproperlyConfigured(f"settings.{SETTING}: {error}") from error
+        return _runtime
+
+
+def reset() -> None:
+    """Forget the built instance; the next request builds one from current settings."""
+    global _runtime
+    with _lock:
+        previous, _runtime = _runtime, None
+    if previous is not None:
+        previous.close()
+
+
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTING:
+        reset()
+
+
+setting_changed.connect(_on_setting_changed, dispatch_uid="sentinel_django.conf")

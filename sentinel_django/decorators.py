@@ -1,0 +1,141 @@
+"""``@rate_limited(endpoint_id)`` for function, class-based and async views.
+
+The decorator finds the Sentinel instance through the settings at request time, so it
+can decorate views before settings are configured. Sync views are guarded with the
+blocking Redis store and async views with the asyncio store: no ``async_to_sync``
+round trip on the hot path. The endpoint ids are recorded on the decorated view
+(``sentinel_endpoints``) so that the system checks can find them by walking the URL
+resolver, and the middleware can tell a view that guards itself.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
+
+from asgiref.sync import iscoroutinefunction
+from django.http import HttpResponseBase  # type: ignore[import-untyped]
+
+from . import conf
+from ._translate import allow, denial, find_request, request_view
+
+ENDPOINTS_ATTR = "sentinel_endpoints"
+"""The tuple of endpoint ids guarding a view, set on its wrapper (and on a class)."""
+
+V = TypeVar("V")
+
+
+def rate_limited(endpoint_id: str) -> Callable[[V], V]:
+    """Guard a view with the policy ``endpoint_id`` of ``settings.SENTINEL``.
+
+    Works on a function view (sync or async), on a class-based view class (its
+    ``dispatch`` is guarded; Django REST framework ``APIView`` subclasses included), on
+    a method through ``method_decorator``, and stacked (every guard must allow).
+    """
+
+    def decorate(view: V) -> V:
+        if isinstance(view, type):
+            return cast(V, _guard_class(view, endpoint_id))
+        if not callable(view):
+            raise TypeError(f"@rate_limited({endpoint_id!r}) needs a view, got {view!r}")
+        if _is_async(view):
+            return cast(V, _async_view(view, endpoint_id))
+        return cast(V, _sync_view(view, endpoint_id))
+
+    return decorate
+
+
+def endpoints_of(view: object) -> tuple[str, ...]:
+    """The endpoint ids recorded on ``view`` by `rate_limited`."""
+    ids = getattr(view, ENDPOINTS_ATTR, ())
+    return tuple(ids) if isinstance(ids, tuple) else ()
+
+
+def _record(wrapper: Any, view: object, endpoint_id: str) -> None:
+    setattr(wrapper, ENDPOINTS_ATTR, (*endpoints_of(view), endpoint_id))
+
+
+def _is_async(view: Callable[..., Any]) -> bool:
+    """True for a coroutine function, and for the ``dispatch`` of an async class-based
+    view as ``method_decorator`` hands it over: a partial of the bound method, itself
+    sync but returning the async handler's coroutine."""
+    if iscoroutinefunction(view):
+        return True
+    bound = getattr(view, "func", None)
+    instance = getattr(bound, "__self__", None)
+    return getattr(bound, "__name__", None) == "dispatch" and _view_class_is_async(type(instance))
+
+
+def _view_class_is_async(cls: type) -> bool:
+    return bool(getattr(cls, "view_is_async", False))
+
+
+def _sync_view(view: Callable[..., Any], endpoint_id: str) -> Callable[..., Any]:
+    @functools.wraps(view)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        return _call(view, endpoint_id, args, kwargs)
+
+    _record(guarded, view, endpoint_id)
+    return guarded
+
+
+def _async_view(view: Callable[..., Any], endpoint_id: str) -> Callable[..., Any]:
+    @functools.wraps(view)
+    async def guarded(*args: Any, **kwargs: Any) -> Any:
+        return await _acall(view, endpoint_id, args, kwargs)
+
+    _record(guarded, view, endpoint_id)
+    return guarded
+
+
+def _guard_class(cls: type, endpoint_id: str) -> type:
+    """Guard a view class by wrapping its ``dispatch``, sync or async per request as the
+    class's handlers are (Django's ``View.view_is_async``)."""
+    dispatch = getattr(cls, "dispatch", None)
+    if not callable(dispatch):
+        raise TypeError(f"@rate_limited({endpoint_id!r}): {cls.__name__} has no dispatch()")
+
+    @functools.wraps(dispatch)
+    def guarded_dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _view_class_is_async(type(self)):
+            return _acall(dispatch, endpoint_id, (self, *args), kwargs)
+        return _call(dispatch, endpoint_id, (self, *args), kwargs)
+
+    _record(guarded_dispatch, dispatch, endpoint_id)
+    cls.dispatch = guarded_dispatch  # type: ignore[attr-defined]
+    _record(cls, cls, endpoint_id)
+    return cls
+
+
+def _call(
+    view: Callable[..., Any], endpoint_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    request = find_request(args)
+    runtime = conf.runtime()
+    runtime.ensure_started()
+    outcome = runtime.sentinel.guard(endpoint_id, request_view(request))
+    if not outcome.allowed:
+        return denial(outcome)
+    response = view(*args, **kwargs)
+    if isinstance(response, HttpResponseBase):
+        allow(outcome, response)
+    return response
+
+
+async def _acall(
+    view: Callable[..., Awaitable[Any]],
+    endpoint_id: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    request = find_request(args)
+    runtime = conf.runtime()
+    await runtime.aensure_started()
+    outcome = await runtime.sentinel.aguard(endpoint_id, request_view(request))
+    if not outcome.allowed:
+        return denial(outcome)
+    response = await view(*args, **kwargs)
+    if isinstance(response, HttpResponseBase):
+        allow(outcome, response)
+    return response

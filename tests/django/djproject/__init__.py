@@ -1,0 +1,1 @@
+"""A small Django project for the adapter's tests: every kind of view Sentinel guards."""

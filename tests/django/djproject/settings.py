@@ -1,0 +1,30 @@
+"""Settings for the Django suite; each test swaps ``SENTINEL`` with ``override_settings``."""
+
+SECRET_KEY = "django-tests-only-0123456789abcdef0123456789abcdef"
+DEBUG = False
+ALLOWED_HOSTS = ["testserver", "localhost"]
+USE_TZ = True
+DATABASES: dict[str, object] = {}
+INSTALLED_APPS = ["sentinel_django"]
+MIDDLEWARE = ["sentinel_django.middleware.SentinelMiddleware"]
+ROOT_URLCONF = "djproject.urls"
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": [],
+    "UNAUTHENTICATED_USER": None,
+}
+ROUTES = {
+    "POST items/<int:pk>": "pdftalk.ingest",
+    "GET items/<int:pk>": "resumint.tailor",
+    "POST async-items/<int:pk>": "pdftalk.ingest",
+    "POST v1/ingest": "pdftalk.ingest",
+}
+"""The middleware's routes: an undecorated view, and a decorated one (one token only)."""
+
+SENTINEL = {
+    "redis_url": "memory://",
+    "policies": {
+        "pdftalk.ingest": {"algorithm": "sliding_window", "rate": "3/minute", "fail_mode": "closed"}
+    },
+}
+"""A valid placeholder until a test installs the SPEC §2 configuration."""
