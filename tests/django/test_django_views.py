@@ -1,0 +1,326 @@
+"""Every kind of view ``@rate_limited`` guards, the middleware, settings changes, and the
+once-only start-up check, through Django's test clients on a real redis-server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+import redis
+from django.apps import apps
+from django.test import AsyncClient, Client, override_settings
+from django_harness import Configure, Http, LoopRunner, PeerAsyncClient
+
+import sentinel_django
+from sentinel_core import Sentinel, StartupError, UnknownEndpointError
+from sentinel_django import _loops, conf, rate_limited
+from tests.support.adapter_config import bearer
+from tests.support.redis_server import RedisServer
+
+SYNC_INGEST_VIEWS = {
+    "/v1/ingest": "function",
+    "/v1/cbv-method": "cbv-method-decorator",
+    "/v1/cbv-class": "cbv-class",
+    "/v1/cbv-handler": "cbv-handler",
+    "/v1/drf-class": "drf-class",
+    "/v1/drf-handler": "drf-handler",
+}
+ASYNC_INGEST_VIEWS = {
+    "/async/ingest": "async",
+    "/async/cbv-class": "async-cbv-class",
+    "/async/cbv-method": "async-cbv-method-decorator",
+    "/async/cbv-handler": "async-cbv-handler",
+}
+
+
+def _redis(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url)
+
+
+def _command_calls(url: str, command: str) -> int:
+    client = _redis(url)
+    try:
+        stats = client.info("commandstats").get(f"cmdstat_{command}", {})
+        return int(stats.get("calls", 0))
+    finally:
+        client.close()
+
+
+def _assert_exhausts_at_three(responses: list[Any], view: str) -> None:
+    assert [r.status_code for r in responses] == [200, 200, 200, 429]
+    assert json.loads(responses[0].content)["view"] == view
+    assert responses[0]["RateLimit-Policy"].startswith('"pdftalk.ingest";q=3')
+    assert responses[3]["Content-Type"] == "application/problem+json"
+    assert int(responses[3]["Retry-After"]) >= 1
+
+
+@pytest.mark.parametrize(("path", "view"), list(SYNC_INGEST_VIEWS.items()))
+def test_sync_view_kinds_are_guarded_with_the_blocking_store(
+    configure: Configure, path: str, view: str
+) -> None:
+    configure()
+    client = Client()
+    auth = bearer("acme")
+    responses = [client.post(path, headers={"Authorization": auth}) for _ in range(4)]
+
+    _assert_exhausts_at_three(responses, view)
+    assert _loops.live_store_count() == 0  # no asyncio store, no async_to_sync
+
+
+@pytest.mark.parametrize(("path", "view"), list(ASYNC_INGEST_VIEWS.items()))
+async def test_async_view_kinds_are_guarded_with_the_asyncio_store(
+    configure: Configure, path: str, view: str
+) -> None:
+    configure()
+    client = AsyncClient()
+    auth = bearer("acme")
+    responses = [await client.post(path, headers={"Authorization": auth}) for _ in range(4)]
+
+    _assert_exhausts_at_three(responses, view)
+    assert _loops.live_store_count() == 1  # this loop's asyncio store decided
+
+
+@pytest.mark.parametrize("path", list(ASYNC_INGEST_VIEWS))
+def test_async_views_under_the_sync_client_close_each_loop_store(
+    configure: Configure, path: str
+) -> None:
+    """WSGI-style: every request runs the async view in a loop of its own."""
+    configure()
+    client = Client()
+    auth = bearer("acme")
+    statuses = []
+    for _ in range(4):
+        statuses.append(client.post(path, headers={"Authorization": auth}).status_code)
+        assert _loops.live_store_count() == 0  # closed when its loop shut down
+
+    assert statuses == [200, 200, 200, 429]
+
+
+def test_loop_stores_close_when_their_loop_shuts_down(configure: Configure) -> None:
+    configure()
+    runner = LoopRunner()
+    client = PeerAsyncClient()
+    try:
+        response = runner.run(client.post("/async/ingest", headers={"Authorization": bearer("a")}))
+        assert response.status_code == 200
+        assert _loops.live_store_count() == 1
+    finally:
+        runner.close()
+
+    assert _loops.live_store_count() == 0
+
+
+def test_middleware_guards_an_undecorated_route_by_its_template(
+    http: Http, configure: Configure
+) -> None:
+    configure()
+    prefix = "/items" if http.flavor == "sync" else "/async-items"
+    auth = bearer("acme")
+    responses = [http.post(f"{prefix}/{pk}", Authorization=auth) for pk in (1, 2, 3, 4)]
+
+    assert [r.status_code for r in responses] == [200, 200, 200, 429]
+    assert responses[0]["RateLimit-Policy"].startswith('"pdftalk.ingest";')
+    assert json.loads(responses[1].content)["view"].endswith("item 2")
+    assert responses[3]["Content-Type"] == "application/problem+json"
+
+
+def test_middleware_leaves_unrouted_methods_and_paths_alone(configure: Configure) -> None:
+    configure()
+    client = Client()
+    put = client.put("/items/1")
+    unguarded = client.get("/open")
+
+    assert put.status_code == 200
+    assert "RateLimit" not in put
+    assert unguarded.status_code == 200
+    assert "RateLimit" not in unguarded
+
+
+def test_middleware_guards_head_with_the_get_route(configure: Configure) -> None:
+    configure()
+    client = Client()
+    auth = bearer("acme")
+    head = client.head("/items/7", headers={"Authorization": auth})
+    unauthorized = client.head("/items/7")
+
+    assert head.status_code == 200
+    assert head["RateLimit-Policy"].startswith('"resumint.tailor";')
+    assert unauthorized.status_code == 401
+
+
+def test_middleware_defers_to_a_decorator_naming_the_same_endpoint(
+    http: Http, configure: Configure
+) -> None:
+    """``POST v1/ingest`` is in ``routes`` and its view is decorated: one token a request."""
+    configure()
+    auth = bearer("acme")
+    responses = [http.post("/v1/ingest", Authorization=auth) for _ in range(4)]
+
+    assert [r.status_code for r in responses] == [200, 200, 200, 429]
+    assert responses[0]["RateLimit"].count('"pdftalk.ingest"') == 1
+
+
+def test_middleware_and_decorator_on_different_endpoints_both_apply(
+    configure: Configure,
+) -> None:
+    configure(routes={"POST v1/tailor": "pdftalk.ingest"})  # the view guards resumint.tailor
+    client = Client()
+    auth = bearer("acme")
+    responses = [client.post("/v1/tailor", headers={"Authorization": auth}) for _ in range(4)]
+
+    assert [r.status_code for r in responses] == [200, 200, 200, 429]
+    assert '"resumint.tailor"' in responses[0]["RateLimit"]
+    assert '"pdftalk.ingest"' in responses[0]["RateLimit"]
+    assert responses[3]["RateLimit"].count('"') == 2  # the denial keeps its own header only
+
+
+def test_override_settings_changing_a_policy_takes_effect(configure: Configure) -> None:
+    config = configure()
+    client = Client()
+    assert client.post("/v1/ingest", headers={"Authorization": bearer("a")}).status_code == 200
+
+    stricter = {**config["policies"]["pdftalk.ingest"], "rate": "1/minute"}
+    policies = {**config["policies"], "pdftalk.ingest": stricter}
+    with override_settings(SENTINEL={**config, "policies": policies}):
+        auth = bearer("b")
+        first = client.post("/v1/ingest", headers={"Authorization": auth})
+        second = client.post("/v1/ingest", headers={"Authorization": auth})
+
+    assert first.status_code == 200
+    assert first["RateLimit-Policy"].startswith('"pdftalk.ingest";q=1')
+    assert second.status_code == 429
+    restored = client.post("/v1/ingest", headers={"Authorization": bearer("c")})
+    assert restored["RateLimit-Policy"].startswith('"pdftalk.ingest";q=3')
+
+
+def test_startup_check_runs_once_before_the_first_guarded_request(
+    configure: Configure, redis_url: str
+) -> None:
+    configure()
+    admin = _redis(redis_url)
+    admin.config_resetstat()
+    admin.close()
+    results: list[int] = []
+
+    def send() -> None:
+        client = Client()
+        response = client.post("/v1/tailor", headers={"Authorization": bearer("acme")})
+        results.append(response.status_code)
+
+    threads = [threading.Thread(target=send) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sorted(results) == [200, 200, 200, 429, 429, 429]
+    assert _command_calls(redis_url, "info") == 2  # INFO server + INFO memory, once
+    assert _command_calls(redis_url, "script|load") == 2  # both scripts, once
+
+
+def test_app_ready_builds_sentinel_without_network_io(
+    configure: Configure, redis_server: RedisServer
+) -> None:
+    configure()
+    admin = redis_server.client()
+    before = int(admin.info("stats")["total_connections_received"])
+    apps.get_app_config("sentinel").ready()
+    built = conf._runtime
+    after = int(admin.info("stats")["total_connections_received"])
+    admin.close()
+
+    assert built is not None
+    assert after == before  # the admin client's connection was already counted
+
+
+def test_unfit_redis_fails_every_guarded_request_with_the_check_message(
+    configure: Configure, lru_redis_server: RedisServer
+) -> None:
+    configure(redis_url=lru_redis_server.url)
+    client = Client()
+    with pytest.raises(StartupError, match="maxmemory-policy is allkeys-lru"):
+        client.post("/v1/tailor", headers={"Authorization": bearer("acme")})
+    loads = _command_calls(lru_redis_server.url, "script|load")
+    with pytest.raises(StartupError, match="maxmemory-policy is allkeys-lru"):
+        client.post("/v1/ingest", headers={"Authorization": bearer("acme")})
+
+    assert _command_calls(lru_redis_server.url, "script|load") == loads  # not re-checked
+    assert client.get("/open").status_code == 200  # unguarded views still serve
+
+
+async def test_unfit_redis_fails_async_guarded_requests_too(
+    configure: Configure, lru_redis_server: RedisServer
+) -> None:
+    configure(redis_url=lru_redis_server.url)
+    with pytest.raises(StartupError, match="allkeys-lru"):
+        await AsyncClient().post("/async/ingest", headers={"Authorization": bearer("acme")})
+
+
+def test_unreachable_redis_at_startup_is_checked_at_first_contact(configure: Configure) -> None:
+    server = RedisServer().start()
+    try:
+        server.stop()
+        configure(redis_url=server.url)
+        client = Client()
+        auth = bearer("acme")
+        down = client.post("/v1/ingest", headers={"Authorization": auth})
+        server.start()
+        up = client.post("/v1/ingest", headers={"Authorization": auth})
+        info_calls = _command_calls(server.url, "info")
+    finally:
+        server.close()
+
+    assert down.status_code == 503
+    assert up.status_code == 200
+    assert info_calls == 2  # the deferred start-up check ran at the first contact
+
+
+def test_unknown_endpoint_id_on_a_view_fails_loudly_at_request_time(
+    configure: Configure,
+) -> None:
+    configure()
+    with override_settings(ROOT_URLCONF="djproject.bad_urls"):
+        client = Client()
+        with pytest.raises(UnknownEndpointError):
+            client.get("/unknown-function")
+
+
+def test_get_sentinel_is_the_instance_built_from_settings(configure: Configure) -> None:
+    configure()
+    sentinel = sentinel_django.get_sentinel()
+    decision = sentinel.evaluate("pdftalk.ingest", "worker-tenant")
+
+    assert isinstance(sentinel, Sentinel)
+    assert sentinel is sentinel_django.get_sentinel()
+    assert decision.allowed
+    assert decision.limit == 3
+
+
+def test_rate_limited_rejects_what_is_not_a_view() -> None:
+    with pytest.raises(TypeError, match="needs a view"):
+        rate_limited("pdftalk.ingest")(42)
+
+    class NoDispatch:
+        pass
+
+    with pytest.raises(TypeError, match="has no dispatch"):
+        rate_limited("pdftalk.ingest")(NoDispatch)
+
+
+def test_a_decorated_callable_without_a_request_is_a_type_error(configure: Configure) -> None:
+    configure()
+    guarded = rate_limited("pdftalk.ingest")(lambda value: value)
+
+    with pytest.raises(TypeError, match="HttpRequest"):
+        guarded("not a request")
+
+
+def test_decorator_records_endpoint_ids_for_the_checks() -> None:
+    from djproject import views
+
+    assert views.ingest.sentinel_endpoints == ("pdftalk.ingest",)  # type: ignore[attr-defined]
+    assert views.IngestClassDecorated.sentinel_endpoints == ("pdftalk.ingest",)  # type: ignore[attr-defined]
+    stacked = rate_limited("auth.login")(views.tailor)
+    assert stacked.sentinel_endpoints == ("resumint.tailor", "auth.login")
