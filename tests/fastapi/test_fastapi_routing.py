@@ -9,11 +9,12 @@ from typing import Any
 
 import anyio
 import pytest
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
+from prometheus_client import CollectorRegistry
 from starlette.types import Message
 
 from sentinel_core import Decision, RequestView, hookimpl
-from sentinel_fastapi import rate_limited
+from sentinel_fastapi import Sentinel, rate_limited
 from tests.fastapi.apps import MakeApp, Probe
 from tests.fastapi.conftest import PEER, client, lifespan, serve
 from tests.support.adapter_config import bearer, spec_config
@@ -233,3 +234,25 @@ def test_generator_handlers_and_double_decoration_are_refused() -> None:
 
     with pytest.raises(TypeError, match="already rate limited"):
         rate_limited("auth.login")(once)
+
+
+async def test_a_router_included_twice_reports_each_prefix_as_its_route(redis_url: str) -> None:
+    recorder = Recorder()
+    sentinel = Sentinel(spec_config(redis_url), registry=CollectorRegistry(), plugins=[recorder])
+    app = FastAPI()
+    sentinel.init_app(app)
+    router = APIRouter()
+
+    @router.post("/ingest/{doc_id}")
+    @rate_limited("pdftalk.ingest")
+    async def ingest(doc_id: int) -> dict[str, int]:
+        return {"doc_id": doc_id}
+
+    app.include_router(router, prefix="/v1")
+    app.include_router(router, prefix="/v2")
+    async with lifespan(app), client(app) as http:
+        v1 = await http.post("/v1/ingest/1", headers=AUTH)
+        v2 = await http.post("/v2/ingest/2", headers=AUTH)
+
+    assert (v1.status_code, v2.status_code) == (200, 200)
+    assert [view.route for view in recorder.views] == ["/v1/ingest/{doc_id}", "/v2/ingest/{doc_id}"]
