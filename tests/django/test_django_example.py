@@ -1,0 +1,100 @@
+"""examples/django_app works as its docstring says, on memory:// and on Redis.
+
+The example is a project of its own (its own settings module), so it runs in a child
+process, as ``manage.py`` would run it, not inside this suite's configured Django.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import redis
+
+from tests.support.redis_server import RedisServer
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "django_app"
+
+DRIVER = """
+import json, sys
+import django
+from django.test import Client
+from django.test.utils import setup_test_environment
+django.setup()
+setup_test_environment()
+from manage import dev_token
+auth = {"Authorization": "Bearer " + dev_token("tenant-42")}
+client = Client()
+report = {
+    "tailor": [client.post("/v1/tailor", headers=auth).status_code for _ in range(21)],
+    "ingest": [client.post("/v1/ingest", headers=auth).status_code for _ in range(11)],
+    "login": [client.post("/v1/login").status_code for _ in range(6)],
+    "unauthenticated": client.post("/v1/ingest").status_code,
+    "cookie": client.cookies["sentinel_device"]["httponly"],
+}
+json.dump(report, sys.stdout)
+"""
+
+
+def _run(*args: str, redis_url: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DJANGO_")}
+    env.pop("SENTINEL_REDIS_URL", None)
+    if redis_url is not None:
+        env["SENTINEL_REDIS_URL"] = redis_url
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=EXAMPLE,
+        env={**env, "DJANGO_SETTINGS_MODULE": "settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _drive(redis_url: str | None = None) -> dict[str, object]:
+    result = _run("-c", DRIVER, redis_url=redis_url)
+    assert result.returncode == 0, result.stderr
+    report: dict[str, object] = json.loads(result.stdout)
+    return report
+
+
+EXPECTED = {
+    "tailor": [200] * 20 + [429],  # burst 20
+    "ingest": [202] * 10 + [429],  # 10/minute
+    "login": [200] * 5 + [429],  # 5/minute per device and IP
+    "unauthenticated": 401,
+    "cookie": True,
+}
+
+
+def test_example_runs_on_memory_by_default() -> None:
+    assert _drive() == EXPECTED
+
+
+def test_example_runs_on_redis_when_sentinel_redis_url_is_set(redis_url: str) -> None:
+    report = _drive(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    keys = client.dbsize()
+    client.close()
+
+    assert report == EXPECTED
+    assert keys > 0  # the buckets live in Redis, not in the child process
+
+
+def test_example_passes_manage_py_check() -> None:
+    result = _run("manage.py", "check")
+
+    assert result.returncode == 0, result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_example_check_deploy_reports_an_unfit_redis(lru_redis_server: RedisServer) -> None:
+    result = _run("manage.py", "check", "--deploy", redis_url=lru_redis_server.url)
+
+    assert result.returncode != 0
+    assert "sentinel.E003" in result.stderr
+    assert "allkeys-lru" in result.stderr
