@@ -34,10 +34,6 @@ class HeaderMapping(Mapping[str, str]):
             raise KeyError(name)
         return value
 
-    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
-        # Straight to Werkzeug's lookup: Mapping.get would go through a KeyError.
-        return self._headers.get(name, default)
-
     def __iter__(self) -> Iterator[str]:
         return iter(self._headers.keys())
 

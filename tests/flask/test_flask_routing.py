@@ -4,10 +4,13 @@ the ``routes`` middleware matched on the resolved rule, never the raw path."""
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import redis
+from flask import Flask
 from flask.testing import FlaskClient
+from flask.views import MethodView, View
 
 from sentinel_flask import rate_limited
 from tests.flask.apps import MakeApp, with_routes
@@ -197,3 +200,35 @@ def test_stacked_decorators_apply_every_policy(make_app: MakeApp, redis_url: str
     names = sorted(value.split(";")[0] for value in first.headers.getlist("RateLimit"))
     assert names == ['"pdftalk.ingest"', '"resumint.tailor"']
     assert statuses(client, "POST", "/v1/stacked", 3) == [200, 200, 429]
+
+
+def test_class_based_views_decorated_through_dispatch_or_decorators_are_guarded_once(
+    make_app: MakeApp, redis_url: str
+) -> None:
+    class Plain(View):
+        methods: ClassVar[list[str]] = ["POST"]
+
+        @rate_limited("resumint.tailor")
+        def dispatch_request(self) -> str:
+            return "plain"
+
+    class Wrapped(MethodView):
+        decorators: ClassVar[list[Callable[..., Any]]] = [rate_limited("resumint.tailor")]
+
+        def post(self) -> str:
+            return "wrapped"
+
+    def views(app: Flask) -> None:
+        app.add_url_rule("/plain", view_func=Plain.as_view("plain"))
+        app.add_url_rule("/wrapped", view_func=Wrapped.as_view("wrapped"))
+
+    # Both rules are in routes too: the decorators win, one decision per request.
+    config = spec_config(redis_url, routes={"POST /plain": "pdftalk.ingest"})
+    config["routes"]["POST /wrapped"] = "pdftalk.ingest"
+    client = make_app(config, views=views).test_client()
+
+    for path in ("/plain", "/wrapped"):
+        responses = [send(client, "POST", path, tenant=path) for _ in range(4)]
+        assert [r.status_code for r in responses] == [200, 200, 200, 429]
+        assert responses[0].headers.getlist("RateLimit")[0].startswith('"resumint.tailor";r=2;')
+        assert len(responses[0].headers.getlist("RateLimit")) == 1
