@@ -1,12 +1,17 @@
 """Anonymous identity: a signed device cookie AND the client's network (SPEC §4).
 
 The cookie is minted by the server: ``v1.<device id>.<HMAC-SHA256 signature>``, the
-signature over the version and device id with the current secret. Verification is
-constant-time and accepts the previous secrets too, so secrets rotate without resetting
-devices; anything that does not verify is treated as absent (a new device), never as
-an error. The network comes from the peer address only: an IPv4 address as is, an
-IPv6 address by its /64 prefix (one subscriber owns a /64), anything else one shared
-"unknown" bucket.
+device id 16 random bytes and the signature over the version and device id with the
+current secret, both base64url without padding. Verification checks the shape first
+(so only ASCII of known length reaches the HMAC), then compares in constant time, and
+accepts the previous secrets too, so secrets rotate without resetting devices; anything
+that does not verify is treated as absent (a new device), never as an error. The
+version prefix lets a later format coexist with this one during a rotation.
+
+The network comes from the peer address only: an IPv4 address as is (IPv4-mapped IPv6
+included), an IPv6 address by its /64 prefix (one subscriber owns a /64, so bucketing
+by address would hand each client 2**64 buckets), anything else one shared "unknown"
+bucket.
 """
 
 from __future__ import annotations
@@ -15,15 +20,20 @@ import base64
 import hashlib
 import hmac
 import ipaddress
+import re
 import secrets
 
 from ._config import AnonymousConfig
 
 COOKIE_VERSION = "v1"
 _DEVICE_ID_BYTES = 16
+_COOKIE = re.compile(r"v1\.([A-Za-z0-9_-]{22})\.([A-Za-z0-9_-]{43})")
+"""``v1.`` + 16 bytes + 32 bytes of HMAC-SHA256, base64url without padding."""
 
 
 class DeviceCookies:
+    """Mints and verifies device cookies for one `AnonymousConfig`."""
+
     def __init__(self, config: AnonymousConfig) -> None:
         self.config = config
         self._current = config.cookie_secret.encode()
@@ -31,37 +41,43 @@ class DeviceCookies:
 
     def verify(self, value: str | None) -> str | None:
         """The device id of a genuine cookie value, or None for anything else."""
-        if not value or len(value) > 256:
+        if not value or len(value) > 128:
             return None
-        parts = value.split(".")
-        if len(parts) != 3 or parts[0] != COOKIE_VERSION:
+        match = _COOKIE.fullmatch(value)
+        if match is None:
             return None
-        _, device_id, signature = parts
+        device_id, signature = match.groups()
+        genuine = False
         for secret in self._accepted:
-            if hmac.compare_digest(_sign(secret, device_id), signature):
-                return device_id
-        return None
+            # Every secret is tried, whatever matched: the time taken says nothing.
+            genuine |= hmac.compare_digest(_sign(secret, device_id), signature.encode())
+        return device_id if genuine else None
 
     def mint(self) -> tuple[str, str]:
         """A new device: (device id, cookie value signed with the current secret)."""
-        device_id = (
-            base64.urlsafe_b64encode(secrets.token_bytes(_DEVICE_ID_BYTES)).decode().rstrip("=")
-        )
-        return device_id, f"{COOKIE_VERSION}.{device_id}.{_sign(self._current, device_id)}"
+        device_id = _b64(secrets.token_bytes(_DEVICE_ID_BYTES))
+        signature = _sign(self._current, device_id).decode()
+        return device_id, f"{COOKIE_VERSION}.{device_id}.{signature}"
 
 
-def _sign(secret: bytes, device_id: str) -> str:
-    message = f"{COOKIE_VERSION}.{device_id}".encode("utf-8", "surrogatepass")
-    digest = hmac.new(secret, message, hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _sign(secret: bytes, device_id: str) -> bytes:
+    digest = hmac.new(secret, f"{COOKIE_VERSION}.{device_id}".encode(), hashlib.sha256).digest()
+    return _b64(digest).encode()
 
 
 def client_network(peer: str | None) -> str:
     """The bucket of a peer address: IPv4 by address, IPv6 by /64, else ``unknown``."""
-    if not peer:
+    if not peer or len(peer) > 64:
         return "unknown"
+    text = peer.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
     try:
-        address = ipaddress.ip_address(peer.strip().split("%", 1)[0])
+        address = ipaddress.ip_address(text.split("%", 1)[0])
     except ValueError:
         return "unknown"
     if isinstance(address, ipaddress.IPv6Address):

@@ -10,17 +10,21 @@ of SPEC §4 (statuses, Retry-After, RateLimit headers, problem types, 401s) live
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ._anonymous import DeviceCookies, client_network
 from ._config import SentinelConfig
+from ._emergency import emergency_capacity_micro
 from ._errors import ConfigError, UnknownEndpointError
 from ._jwt import AuthError, JwtVerifier
 from ._keys import AnonymousIdentity, Identity, TenantIdentity
-from ._models import Algorithm, Decision, DecisionReason, IdentityKind, Policy
+from ._models import MICRO, Algorithm, Decision, DecisionReason, IdentityKind, Policy
 from ._plugins import Hooks
 
 PROBLEM_JSON = "application/problem+json"
@@ -29,6 +33,9 @@ TEMPORARY_REDUCED_CAPACITY = (
     "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 )
 _TOO_MANY = frozenset({DecisionReason.RATE_LIMITED, DecisionReason.EMERGENCY_LOCAL_LIMIT})
+_STORE_DECIDED = frozenset({DecisionReason.ALLOWED, DecisionReason.RATE_LIMITED})
+_SF_SAFE = re.compile(r"[\x20-\x7e]*")
+_SF_PRINTABLE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 _PARTITION_KEY_BYTES = 12
 
 
@@ -112,23 +119,30 @@ class HttpLayer:
         policy = self._config.policies.get(endpoint_id)
         if policy is None:
             raise UnknownEndpointError(endpoint_id)
-        if policy.identity is IdentityKind.TENANT and self._jwt is None:
+        if (
+            policy.identity is IdentityKind.TENANT
+            and self._jwt is None
+            and not self._hooks.implements_identify()
+        ):
             raise ConfigError(
                 "jwt", f"missing section: tenant policy {endpoint_id!r} needs it over HTTP"
             )
         return policy
 
     def prepare(self, policy: Policy, request: RequestView) -> Prepared | Outcome:
-        """The request's identity, or the 401 outcome of a tenant request without one."""
-        custom = self._hooks.identify(request, policy)
+        """The request's identity, or the 401 outcome of a tenant request without one.
+
+        A plugin's `sentinel_identify` answer comes first; then the policy's built-in
+        identity. Raises nothing for anything a client can send.
+        """
+        custom = _custom_identity(self._hooks.identify(request, policy))
         if custom is not None:
-            return Prepared(TenantIdentity(custom) if isinstance(custom, str) else custom, None)
+            return Prepared(custom, None)
         if policy.identity is IdentityKind.ANONYMOUS:
             return self._anonymous(request)
         if self._jwt is None:
-            raise ConfigError(
-                "jwt", f"missing section: tenant policy {policy.endpoint_id!r} needs it"
-            )
+            # Tenant identity came from a plugin that had none for this request.
+            return unauthorized(AuthError(None, "credentials required"))
         try:
             tenant = self._jwt.tenant_from_authorization(request.headers.get("authorization"))
         except AuthError as error:
@@ -136,22 +150,26 @@ class HttpLayer:
         return Prepared(TenantIdentity(tenant), None)
 
     def outcome(self, decision: Decision, cookie: Cookie | None) -> Outcome:
-        """SPEC §4's table for a decision."""
-        headers = ratelimit_headers(decision) if self._config.ratelimit_headers else []
+        """SPEC §4's table for a decision.
+
+        Allowed: the RateLimit headers and the cookie to add to the handler's response.
+        Rate limited: 429, ``Retry-After``, RateLimit headers, quota-exceeded problem.
+        Store failure: 503, ``Retry-After`` while the breaker is OPEN, no RateLimit
+        headers (there is no quota to describe), temporary-reduced-capacity problem.
+        A new device cookie is never set on a denial: the client would get a fresh
+        identity for free on every refused request.
+        """
+        headers = self._ratelimit_headers(decision)
         if decision.allowed:
             return Outcome(True, 200, tuple(headers), cookie=cookie, decision=decision)
         if decision.reason in _TOO_MANY:
-            status, problem_type, title, detail = (
-                429,
-                QUOTA_EXCEEDED,
-                "Too Many Requests",
-                "rate limit exceeded",
-            )
+            status, problem_type = 429, QUOTA_EXCEEDED
+            title, detail = "Too Many Requests", "rate limit exceeded"
         else:
             status, problem_type = 503, TEMPORARY_REDUCED_CAPACITY
             title, detail = "Service Unavailable", "rate limiter unavailable"
         if decision.retry_after_seconds is not None:
-            headers.insert(0, ("Retry-After", str(decision.retry_after_seconds)))
+            headers.insert(0, ("Retry-After", str(max(1, decision.retry_after_seconds))))
         body: dict[str, Any] = {
             "type": problem_type,
             "title": title,
@@ -162,6 +180,17 @@ class HttpLayer:
             body["violated-policies"] = [decision.endpoint_id]
         headers.append(("Content-Type", PROBLEM_JSON))
         return Outcome(False, status, tuple(headers), json.dumps(body).encode(), decision=decision)
+
+    def _ratelimit_headers(self, decision: Decision) -> list[tuple[str, str]]:
+        """The RateLimit headers a decision warrants: none when turned off, for a shadow
+        policy (a dry run stays invisible to clients) or for a store failure denial."""
+        if not self._config.ratelimit_headers or decision.shadow:
+            return []
+        if decision.reason in _STORE_DECIDED:
+            return ratelimit_headers(decision)
+        if decision.allowed or decision.reason is DecisionReason.EMERGENCY_LOCAL_LIMIT:
+            return ratelimit_headers(decision, emergency=True)
+        return []
 
     def _anonymous(self, request: RequestView) -> Prepared:
         assert self._cookies is not None  # the config loader requires the section
@@ -191,16 +220,41 @@ def unauthorized(error: AuthError) -> Outcome:
     return Outcome(False, 401, headers, json.dumps(body).encode())
 
 
-def ratelimit_headers(decision: Decision) -> list[tuple[str, str]]:
-    """``RateLimit-Policy`` and ``RateLimit`` in the syntax of the IETF httpapi draft
-    (structured-field lists: ``"name";q=..;w=..;pk=:..:`` and ``"name";r=..;t=..;pk=:..:``)."""
+def ratelimit_headers(decision: Decision, *, emergency: bool = False) -> list[tuple[str, str]]:
+    """``RateLimit-Policy`` and ``RateLimit`` in the syntax of the IETF httpapi RateLimit
+    header fields draft (-12): structured-field lists ``"name";q=..;w=..;pk=:..:`` and
+    ``"name";r=..;t=..;pk=:..:``.
+
+    ``pk``, the partition key, is a truncated hash of the identity's hash: it tells a
+    client which quota it draws from without echoing an identity. With ``emergency``,
+    the quota described is the per-process emergency bucket that applies while Redis
+    is unavailable (one second of ``fallback_rate``), not the policy's own.
+    """
     policy = decision.policy
-    name = '"' + decision.endpoint_id.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    pk = base64.b64encode(bytes.fromhex(decision.identity_hash)[:_PARTITION_KEY_BYTES]).decode()
+    name = f'"{_sf_string_content(decision.endpoint_id)}"'
+    pk = base64.b64encode(_partition_key(decision.identity_hash)).decode()
+    if emergency and policy.fallback_rate is not None:
+        rate = policy.fallback_rate
+        capacity = emergency_capacity_micro(rate) // MICRO
+        quota, window = capacity, max(1, -(-capacity * rate.period_seconds // rate.count))
+    else:
+        quota, window = policy.limit, _window_seconds(policy)
     return [
-        ("RateLimit-Policy", f"{name};q={policy.limit};w={_window_seconds(policy)};pk=:{pk}:"),
+        ("RateLimit-Policy", f"{name};q={quota};w={window};pk=:{pk}:"),
         ("RateLimit", f"{name};r={decision.remaining};t={decision.reset_seconds};pk=:{pk}:"),
     ]
+
+
+def _partition_key(identity_hash: str) -> bytes:
+    return hashlib.sha256(b"sentinel-pk:" + identity_hash.encode()).digest()[:_PARTITION_KEY_BYTES]
+
+
+def _sf_string_content(text: str) -> str:
+    """``text`` as the inside of a structured-field String (RFC 8941 §3.3.3): printable
+    ASCII only (anything else percent-encoded), with ``"`` and ``\\`` escaped."""
+    if not _SF_SAFE.fullmatch(text):
+        text = urllib.parse.quote(text, safe=_SF_PRINTABLE)
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _window_seconds(policy: Policy) -> int:
@@ -209,3 +263,17 @@ def _window_seconds(policy: Policy) -> int:
     if policy.algorithm is Algorithm.SLIDING_WINDOW:
         return rate.period_seconds
     return max(1, -(-policy.burst * rate.period_seconds // rate.count))
+
+
+def _custom_identity(custom: object) -> Identity | None:
+    """A plugin's `sentinel_identify` answer as an `Identity` (``""`` counts as none)."""
+    if custom is None or custom == "":
+        return None
+    if isinstance(custom, str):
+        return TenantIdentity(custom)
+    if isinstance(custom, (TenantIdentity, AnonymousIdentity)):
+        return custom
+    raise TypeError(
+        "sentinel_identify must return a str, a TenantIdentity, an AnonymousIdentity or "
+        f"None, not {type(custom).__name__}"
+    )

@@ -1,29 +1,54 @@
 """Tenant identity from a bearer JWT, verified with PyJWT (SPEC §4).
 
 The tenant is the ``sub`` of a token that passed every check: an allowlisted algorithm
-(never ``none``), a key of the algorithm's kind (an HMAC algorithm is never verified
-with a public key: the classic algorithm-confusion attack), ``exp`` and ``sub``
-present, and ``aud``/``iss`` when configured. Every failure is an `AuthError` carrying
-its RFC 6750 error code; nothing else escapes, whatever the client sends.
+(never ``none``), a key of the algorithm's own family (an HMAC algorithm is never
+verified with a public key: the classic algorithm-confusion attack; an RS* token never
+meets an EC key), ``exp`` and ``sub`` present, and ``aud``/``iss`` when configured.
+Every failure is an `AuthError` carrying its RFC 6750 error code; nothing else escapes,
+whatever the client sends.
+
+Keys are parsed once, here, so a request pays for one signature check, not for PEM
+parsing. A token's ``kid`` selects its key: a known ``kid`` is checked against that key
+only; an unknown one against the keys configured without a ``kid`` (an issuer that
+labels its keys while the configuration does not); no ``kid`` against every key of the
+family. That bounds the work an attacker can make one request cost.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
 import jwt
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from ._config import JwtConfig, JwtKey
 from ._errors import SentinelError
 
-_HMAC_PREFIX = "HS"
+MAX_TOKEN_LENGTH = 8192
+"""Longer bearer values are refused before any parsing (no IdP issues such tokens)."""
+
+_B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+"""The syntax of a bearer token (RFC 6750 §2.1); anything else is a malformed request."""
+_JWS_COMPACT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
+"""Three base64url segments: the only shape a signed JWT has (RFC 7515 §7.1)."""
+
+_EC_CURVES: dict[str, type[ec.EllipticCurve]] = {
+    "ES256": ec.SECP256R1,
+    "ES384": ec.SECP384R1,
+    "ES512": ec.SECP521R1,
+}
 
 
 class AuthError(SentinelError):
     """A request carries no usable bearer token. Maps to 401 with ``WWW-Authenticate``.
 
-    ``error`` is the RFC 6750 error code (``invalid_request`` or ``invalid_token``), or
-    None when no credentials were sent at all (RFC 6750 §3.1: no error code then).
+    ``error`` is the RFC 6750 error code (``invalid_request`` for a malformed
+    ``Authorization`` header, ``invalid_token`` for a token that does not verify), or
+    None when no bearer credentials were sent at all (no header, or another scheme such
+    as Basic: RFC 6750 §3.1 says to send no error code then).
     """
 
     def __init__(self, error: str | None, description: str) -> None:
@@ -32,12 +57,48 @@ class AuthError(SentinelError):
         super().__init__(description)
 
 
+@dataclass(frozen=True, slots=True)
+class _Key:
+    """A configured key, parsed: HMAC secret bytes or a `cryptography` public key."""
+
+    kid: str | None
+    family: str
+    material: Any
+
+
+def _family(algorithm: str) -> str:
+    if algorithm.startswith("HS"):
+        return "hmac"
+    if algorithm.startswith(("RS", "PS")):
+        return "rsa"
+    return "ec"
+
+
+def _parse_key(key: JwtKey) -> _Key:
+    if not key.is_public_key:
+        return _Key(key.kid, "hmac", key.material.encode())
+    public = load_pem_public_key(key.material.encode())
+    if isinstance(public, rsa.RSAPublicKey):
+        return _Key(key.kid, "rsa", public)
+    if isinstance(public, ec.EllipticCurvePublicKey):
+        return _Key(key.kid, "ec", public)
+    # The config loader accepts only RSA and EC keys; anything else can match nothing.
+    return _Key(key.kid, "unsupported", public)
+
+
 class JwtVerifier:
+    """Verifies bearer tokens against one `JwtConfig`."""
+
     def __init__(self, config: JwtConfig) -> None:
         self._config = config
-        self._algorithms = list(config.algorithms)
-        self._by_kid = {key.kid: key for key in config.keys if key.kid is not None}
-        self._keys = config.keys
+        self._algorithms = frozenset(config.algorithms)
+        self._keys = tuple(_parse_key(key) for key in config.keys)
+        self._by_kid = {key.kid: key for key in self._keys if key.kid is not None}
+        self._unnamed = tuple(key for key in self._keys if key.kid is None)
+        self._options: dict[str, Any] = {
+            "require": ["exp", "sub"],
+            "verify_aud": config.audience is not None,
+        }
 
     def tenant_from_authorization(self, authorization: str | None) -> str:
         """The validated ``sub`` of the bearer token in an ``Authorization`` header value.
@@ -45,12 +106,7 @@ class JwtVerifier:
         Raises:
             AuthError: for a missing header, another scheme, or any invalid token.
         """
-        if authorization is None or not authorization.strip():
-            raise AuthError(None, "bearer token required")
-        scheme, _, token = authorization.strip().partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token or " " in token:
-            raise AuthError("invalid_request", "expected `Authorization: Bearer <token>`")
+        token = _bearer_token(authorization)
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -58,7 +114,7 @@ class JwtVerifier:
         algorithm = header.get("alg")
         if not isinstance(algorithm, str) or algorithm not in self._algorithms:
             raise AuthError("invalid_token", "token algorithm not allowed")
-        for key in self._candidate_keys(header, algorithm):
+        for key in self._candidate_keys(header.get("kid"), algorithm):
             try:
                 claims = jwt.decode(
                     token,
@@ -67,10 +123,7 @@ class JwtVerifier:
                     audience=self._config.audience,
                     issuer=self._config.issuer,
                     leeway=self._config.leeway_seconds,
-                    options={
-                        "require": ["exp", "sub"],
-                        "verify_aud": self._config.audience is not None,
-                    },
+                    options=self._options,  # type: ignore[arg-type]
                 )
             except jwt.InvalidSignatureError:
                 continue
@@ -81,15 +134,36 @@ class JwtVerifier:
             return _subject(claims)
         raise AuthError("invalid_token", "token signature invalid")
 
-    def _candidate_keys(self, header: dict[str, Any], algorithm: str) -> list[JwtKey]:
-        """Keys of the algorithm's kind; the one the ``kid`` names when it names one."""
-        wants_public = not algorithm.startswith(_HMAC_PREFIX)
-        kid = header.get("kid")
+    def _candidate_keys(self, kid: object, algorithm: str) -> list[_Key]:
+        """The keys a token may be checked against (see the module docstring)."""
         if isinstance(kid, str) and kid in self._by_kid:
-            keys: tuple[JwtKey, ...] | list[JwtKey] = [self._by_kid[kid]]
+            keys: tuple[_Key, ...] = (self._by_kid[kid],)
+        elif kid is not None:
+            keys = self._unnamed
         else:
             keys = self._keys
-        return [key for key in keys if key.is_public_key is wants_public]
+        family = _family(algorithm)
+        curve = _EC_CURVES.get(algorithm)
+        return [
+            key
+            for key in keys
+            if key.family == family and (curve is None or isinstance(key.material.curve, curve))
+        ]
+
+
+def _bearer_token(authorization: str | None) -> str:
+    """The token of an ``Authorization: Bearer <token>`` header value (RFC 6750 §2.1)."""
+    if authorization is None or not authorization.strip():
+        raise AuthError(None, "bearer token required")
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        raise AuthError(None, "bearer token required")
+    token = token.strip(" ")
+    if not token or not _B64TOKEN.fullmatch(token):
+        raise AuthError("invalid_request", "expected `Authorization: Bearer <token>`")
+    if len(token) > MAX_TOKEN_LENGTH or not _JWS_COMPACT.fullmatch(token):
+        raise AuthError("invalid_token", "malformed token")
+    return token
 
 
 def _subject(claims: dict[str, Any]) -> str:

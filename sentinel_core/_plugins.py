@@ -1,8 +1,16 @@
-"""The plugin manager and the typed facade every hook call goes through."""
+"""The plugin manager and the typed facade every hook call goes through.
+
+Plugins come from two places: objects passed to `Sentinel(plugins=...)` and the
+``sentinel`` entry-point group of the installed distributions. A plugin that is both
+(a module passed explicitly and also advertised by its distribution) is registered
+once. After registration every hook implementation is checked against the specs, so a
+misspelt hook name fails at start-up instead of silently never being called.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from importlib.metadata import entry_points as installed_entry_points
 from typing import Any
 
 import pluggy
@@ -12,19 +20,49 @@ from ._breaker import BreakerState
 from ._keys import Identity
 from ._models import Decision, Policy
 
+ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
+
 
 def make_plugin_manager(
     plugins: Iterable[object] = (), *, entry_points: bool = True
 ) -> pluggy.PluginManager:
     """A plugin manager with Sentinel's hook specs, ``plugins`` registered, and the
-    ``sentinel`` entry-point group loaded when ``entry_points`` is true."""
+    ``sentinel`` entry-point group loaded when ``entry_points`` is true.
+
+    Raises:
+        pluggy.PluginValidationError: a plugin implements a hook that does not exist or
+            with parameters the spec does not have.
+        Exception: whatever importing an entry point raised (a broken plugin is a
+            deployment error, not something to skip quietly).
+    """
     manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
     for plugin in plugins:
-        manager.register(plugin)
+        if not manager.is_registered(plugin):
+            manager.register(plugin)
     if entry_points:
-        manager.load_setuptools_entrypoints(hookspecs.PROJECT_NAME)
+        load_entry_points(manager)
+    manager.check_pending()
     return manager
+
+
+def load_entry_points(manager: pluggy.PluginManager) -> list[str]:
+    """Register the plugins of the ``sentinel`` entry-point group; their names.
+
+    Unlike pluggy's own loader this skips a plugin object already registered under
+    another name, and an entry point whose name is taken or blocked.
+    """
+    loaded = []
+    for entry_point in installed_entry_points(group=ENTRY_POINT_GROUP):
+        name = entry_point.name
+        if manager.get_plugin(name) is not None or manager.is_blocked(name):
+            continue
+        plugin = entry_point.load()
+        if manager.is_registered(plugin):
+            continue
+        manager.register(plugin, name=name)
+        loaded.append(name)
+    return loaded
 
 
 class Hooks:
@@ -34,6 +72,10 @@ class Hooks:
         self.manager = manager
         self._hook = manager.hook
 
+    def implements_identify(self) -> bool:
+        """Whether some plugin can supply identities (`sentinel_identify`)."""
+        return bool(self._hook.sentinel_identify.get_hookimpls())
+
     def identify(self, request: Any, policy: Policy) -> str | Identity | None:
         result: str | Identity | None = self._hook.sentinel_identify(request=request, policy=policy)
         return result
@@ -42,7 +84,20 @@ class Hooks:
         resolved: Policy | None = self._hook.sentinel_resolve_policy(
             endpoint_id=endpoint_id, identity=identity, policy=policy
         )
-        return policy if resolved is None else resolved
+        if resolved is None:
+            return policy
+        if not isinstance(resolved, Policy):
+            raise TypeError(
+                f"sentinel_resolve_policy must return a Policy or None, not "
+                f"{type(resolved).__name__}"
+            )
+        if resolved.endpoint_id != endpoint_id:
+            # The endpoint id names buckets and metric labels: a plugin must not mint new ones.
+            raise ValueError(
+                f"sentinel_resolve_policy returned a policy for {resolved.endpoint_id!r} "
+                f"when asked about {endpoint_id!r}"
+            )
+        return resolved
 
     def decision(self, decision: Decision, request: Any) -> None:
         self._hook.sentinel_decision(decision=decision, request=request)

@@ -1,12 +1,19 @@
-"""Sentinel's plugin hooks (pluggy project ``sentinel``).
+"""Sentinel's plugin hooks (pluggy project ``sentinel``): their reference documentation.
 
 Third-party plugins register through the ``sentinel`` entry-point group::
 
     [project.entry-points.sentinel]
     my_plugin = "my_package.sentinel_plugin"
 
-and implement any of the hooks below with ``@sentinel_core.hookimpl``. The built-in
-metrics and structured logs are plugins on `sentinel_decision` like any other.
+or are passed to ``Sentinel(config, plugins=[...])``, and implement any of the hooks
+below with ``@sentinel_core.hookimpl``, taking any subset of the hook's parameters by
+name. A hookimpl whose name matches no hook here is refused when Sentinel starts. The
+built-in Prometheus metrics and structured logs are plugins on `sentinel_decision`
+like any other.
+
+All hooks run on the request path, in the request's thread or event loop: keep them
+to in-memory work. Exceptions raised by a hook propagate to the caller (a 500 in a web
+app): a plugin must not raise for anything a client can send.
 """
 
 from __future__ import annotations
@@ -30,17 +37,24 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 def sentinel_identify(request: Any, policy: Policy) -> str | Identity | None:
     """Return a custom identity for ``request`` under ``policy``, or None to pass.
 
-    Called by the HTTP layer before the built-in identity (JWT ``sub`` for tenant
-    policies, device cookie AND client IP for anonymous ones); the first non-None
-    result wins and the built-in identity is skipped. A string is treated as a tenant
-    id (hashed before it reaches any key, log or label), e.g. an API key::
+    Called by the HTTP layer (`Sentinel.guard`) before the built-in identity (the JWT
+    ``sub`` for tenant policies, device cookie AND client IP for anonymous ones); the
+    first non-None result wins and the built-in identity is skipped, so no 401 is sent
+    for a request a plugin identified. A string is a tenant id (hashed before it
+    reaches any key, log or label; ``""`` counts as None), e.g. an API key::
 
         @hookimpl
         def sentinel_identify(request, policy):
-            return request.headers.get("x-api-key")
+            return request.headers.get("x-api-key")  # validate it in real code
 
-    ``request`` is Sentinel's framework-neutral `RequestView`. Raise nothing for
-    malformed input: return None and let the built-in identity answer.
+    A `TenantIdentity` or `AnonymousIdentity` may be returned as well. ``request`` is
+    Sentinel's framework-neutral `RequestView` (``request.native`` is the framework's
+    own request). Never trust a client-chosen value as an identity without verifying
+    it: whatever this hook returns decides whose quota a request spends. Raise nothing
+    for malformed input: return None and let the built-in identity answer.
+
+    With only plugin identities (no ``jwt`` section), a tenant request that no plugin
+    identifies is answered 401.
     """
 
 
@@ -48,10 +62,16 @@ def sentinel_identify(request: Any, policy: Policy) -> str | Identity | None:
 def sentinel_resolve_policy(endpoint_id: str, identity: Identity, policy: Policy) -> Policy | None:
     """Return the policy to apply to ``identity`` on ``endpoint_id``, or None to keep ``policy``.
 
-    For tiered limits: return e.g. ``dataclasses.replace(policy, rate=..., burst=...)``
-    for a "pro" tier. The returned policy's arithmetic is not re-validated; build it
-    with `sentinel_core.load_config` limits in mind. Called once per decision, on the
-    hot path: keep it to a dictionary lookup.
+    For tiered limits: return e.g. ``dataclasses.replace(policy, rate=Rate(100, 1),
+    burst=200)`` for a "pro" tier. The returned policy must keep ``endpoint_id``
+    (bucket keys and metric labels are named by it; anything else is a ValueError), and
+    its arithmetic is not re-validated: stay within what `sentinel_core.load_config`
+    accepts. Tiers share one bucket per identity and endpoint, so a tenant that changes
+    tier keeps its state; bump ``version`` to give a tier fresh buckets.
+
+    Called once per decision (HTTP or `Sentinel.evaluate`), after identification and
+    before the Redis call: keep it to a dictionary lookup. ``identity`` exposes only its
+    ``hash`` and, for a tenant, ``tenant`` (the raw id: never log it).
     """
 
 
@@ -60,12 +80,20 @@ def sentinel_decision(decision: Decision, request: Any) -> None:
     """Observe a decision after it was made; return values are ignored.
 
     ``request`` is the `RequestView` of the HTTP request, or None for decisions made
-    through `Sentinel.evaluate` outside a web request. Called on the hot path of every
-    guarded request: do no I/O here (queue it). Auth failures produce no decision and
-    never reach this hook.
+    through `Sentinel.evaluate` outside a web request. ``decision.identity_hash`` is
+    the only form of the identity available, by design. Called on the hot path of
+    every decided request, including shadow-mode would-be denials (``decision.shadow``
+    with ``decision.would_allow`` false): do no I/O here (queue it). Auth failures
+    produce no decision and never reach this hook.
     """
 
 
 @hookspec
 def sentinel_breaker_transition(previous: BreakerState, current: BreakerState) -> None:
-    """Observe a circuit-breaker transition (e.g. CLOSED -> OPEN) of one Sentinel instance."""
+    """Observe a circuit-breaker transition of one Sentinel instance.
+
+    ``previous`` and ``current`` are `BreakerState` members (CLOSED -> OPEN after the
+    failure threshold, OPEN -> HALF_OPEN when the quarantine has elapsed, HALF_OPEN ->
+    CLOSED or OPEN with the probe's result). Called outside the breaker's lock, in the
+    thread or task whose Redis call caused the transition, once per transition.
+    """
