@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from ._models import MICRO
 
-_TOKEN_STATE = re.compile(r"^(\d+):(\d+)$")
-_WINDOW_STATE = re.compile(r"^(\d+):(\d+):(\d+)$")
+# Lua's '^(%d+):(%d+)$': ASCII digits only, no trailing newline (use with fullmatch).
+_TOKEN_STATE = re.compile(r"([0-9]+):([0-9]+)")
+_WINDOW_STATE = re.compile(r"([0-9]+):([0-9]+):([0-9]+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,26 +73,34 @@ def token_bucket(
     remaining = capacity_micro
     retry_us = 0
     after: list[int] = []
+    ahead: list[int] = []  # per bucket: how far its refill time is ahead of TIME
     for state in states:
         tokens = capacity_micro
-        match = _TOKEN_STATE.match(state) if state is not None else None
+        ahead.append(0)
+        match = _TOKEN_STATE.fullmatch(state) if state is not None else None
         if match is not None:
-            elapsed = min(max(0, now_us - int(match.group(2))), fill_us)
+            last = int(match.group(2))
+            ahead[-1] = max(0, last - now_us)
+            elapsed = min(max(0, now_us - last), fill_us)
             tokens = min(capacity_micro, int(match.group(1)) + elapsed * count // period_seconds)
         if tokens >= cost_micro:
             after.append(tokens - cost_micro)
         else:
             allowed = False
             after.append(tokens)
-            retry_us = max(retry_us, _ceil_div((cost_micro - tokens) * period_seconds, count))
+            wait = ahead[-1] + _ceil_div((cost_micro - tokens) * period_seconds, count)
+            retry_us = max(retry_us, wait)
         remaining = min(remaining, after[-1])
-    refill_us = [_ceil_div((capacity_micro - left) * period_seconds, count) for left in after]
+    refill_us = [
+        wait + _ceil_div((capacity_micro - left) * period_seconds, count)
+        for left, wait in zip(after, ahead, strict=True)
+    ]
     reply = _reply(allowed, now_us, remaining // MICRO, retry_us, _ceil_div(max(refill_us), MICRO))
     if not allowed:
         return reply, None
     writes = [
-        Write(i, f"{left}:{now_us}", max(1, _ceil_div(refill, 1000)))
-        for i, (left, refill) in enumerate(zip(after, refill_us, strict=True))
+        Write(i, f"{left}:{now_us + wait}", max(1, _ceil_div(refill, 1000)))
+        for i, (left, wait, refill) in enumerate(zip(after, ahead, refill_us, strict=True))
     ]
     return reply, writes
 
@@ -112,7 +121,7 @@ def sliding_window(
     for state in states:
         start = now_us // window_us * window_us
         current = previous = 0
-        match = _WINDOW_STATE.match(state) if state is not None else None
+        match = _WINDOW_STATE.fullmatch(state) if state is not None else None
         if match is not None:
             stored_current, stored_previous, stored_start = (int(g) for g in match.groups())
             if stored_start == start:
@@ -121,6 +130,7 @@ def sliding_window(
                 previous = stored_current
             elif stored_start > start:
                 start, current, previous = stored_start, stored_current, stored_previous
+        ahead = max(0, start - now_us)  # a window that starts ahead of TIME (TIME went back)
         elapsed = max(0, now_us - start)
         weighted_previous = previous * (window_us - elapsed)
         if weighted_previous + (current + cost) * window_us <= limit * window_us:
@@ -132,11 +142,11 @@ def sliding_window(
                 wait = window_us - budget // previous - elapsed
             else:
                 wait = 2 * window_us - elapsed - (limit - cost) * window_us // current
-            retry_us = max(retry_us, wait)
+            retry_us = max(retry_us, ahead + wait)
         buckets.append((current, previous, start))
         left = max(0, limit * window_us - weighted_previous - current * window_us) // window_us
         remaining = min(remaining, left)
-        reset_us = max(reset_us, window_us - elapsed)
+        reset_us = max(reset_us, ahead + window_us - elapsed)
     reply = _reply(allowed, now_us, remaining, retry_us, max(1, _ceil_div(reset_us, MICRO)))
     if not allowed:
         return reply, None

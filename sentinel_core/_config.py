@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -31,7 +31,10 @@ LUA_EXACT_LIMIT = 2**53
 MIN_SECRET_BYTES = 32
 
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
-_RATE_RE = re.compile(r"^\s*(\d+)\s*/\s*(second|minute|hour|day)\s*$")
+# ASCII digits only (``\d`` would accept any Unicode digit), and no trailing newline.
+_RATE_RE = re.compile(r"[ \t]*([0-9]+)[ \t]*/[ \t]*(second|minute|hour|day)[ \t]*")
+_MAX_RATE_DIGITS = 16
+"""2**53 has 16 digits: longer counts can only be too large (and would make `int` slow)."""
 _HMAC_ALGORITHMS = frozenset({"HS256", "HS384", "HS512"})
 _PUBLIC_KEY_ALGORITHMS = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"}
@@ -126,6 +129,11 @@ class _Section:
         self._path = path
         self._used: set[str] = set()
 
+    @property
+    def location(self) -> str:
+        """This section's own key path (``""`` for the root)."""
+        return self._path
+
     def path(self, key: str) -> str:
         return f"{self._path}.{key}" if self._path else key
 
@@ -186,9 +194,11 @@ class _Section:
 
 def parse_rate(text: object, path: str) -> Rate:
     """Parse ``"N/second|minute|hour|day"`` into a `Rate` with a positive integer count."""
-    match = _RATE_RE.match(text) if isinstance(text, str) else None
+    match = _RATE_RE.fullmatch(text) if isinstance(text, str) else None
     if match is None:
         raise ConfigError(path, f'expected "N/second|minute|hour|day" with integer N, got {text!r}')
+    if len(match.group(1).lstrip("0")) > _MAX_RATE_DIGITS:
+        raise ConfigError(path, "the count is too large: past 2**53 where Lua stops being exact")
     count = int(match.group(1))
     if count < 1:
         raise ConfigError(path, f"the count must be at least 1, got {text!r}")
@@ -300,7 +310,7 @@ def _parse_jwt(section: _Section) -> JwtConfig:
     if not isinstance(algorithms, (list, tuple)) or not algorithms:
         raise ConfigError(algorithms_path, "expected a non-empty list of algorithm names")
     for name in algorithms:
-        if not isinstance(name, str) or name not in _HMAC_ALGORITHMS | _PUBLIC_KEY_ALGORITHMS:
+        if name not in _HMAC_ALGORITHMS | _PUBLIC_KEY_ALGORITHMS:
             raise ConfigError(algorithms_path, f"unsupported algorithm {name!r}")
     keys: list[JwtKey] = []
     if section.has("keys"):
@@ -320,10 +330,11 @@ def _parse_jwt(section: _Section) -> JwtConfig:
         raise ConfigError(
             section.path("key"), "missing key (key, key_env, public_key, public_key_file or keys)"
         )
-    kids = [key.kid for key in keys if key.kid is not None]
-    if len(kids) != len(set(kids)):
-        raise ConfigError(section.path("keys"), "each kid may name one key only")
-    _check_jwt_keys(algorithms, keys, algorithms_path)
+    for family, is_public in ((_HMAC_ALGORITHMS, False), (_PUBLIC_KEY_ALGORITHMS, True)):
+        wanted = [name for name in algorithms if name in family]
+        if wanted and not any(key.is_public_key is is_public for key in keys):
+            kind = "a public key" if is_public else "an HMAC secret"
+            raise ConfigError(algorithms_path, f"{', '.join(wanted)} need {kind} among the keys")
     config = JwtConfig(
         algorithms=tuple(algorithms),
         keys=tuple(keys),
@@ -333,42 +344,6 @@ def _parse_jwt(section: _Section) -> JwtConfig:
     )
     section.finish()
     return config
-
-
-_MIN_RSA_BITS = 2048
-_EC_CURVE_NAMES = {"ES256": "secp256r1", "ES384": "secp384r1", "ES512": "secp521r1"}
-
-
-def _check_jwt_keys(algorithms: Sequence[str], keys: Sequence[JwtKey], path: str) -> None:
-    """Every allowlisted algorithm has a key of its own family, strong enough for it
-    (RFC 7518: an HMAC secret at least as long as the hash, RSA of 2048 bits or more)."""
-    from cryptography.hazmat.primitives.asymmetric import ec, rsa
-    from cryptography.hazmat.primitives.serialization import load_pem_public_key
-
-    secrets = [key.material.encode() for key in keys if not key.is_public_key]
-    if any(secret.lstrip().startswith((b"-----BEGIN", b"ssh-")) for secret in secrets):
-        # A public key used as an HMAC secret lets anyone sign tokens: refuse it outright.
-        raise ConfigError(path, "an HMAC secret must not be a public key; use public_key")
-    public = [load_pem_public_key(key.material.encode()) for key in keys if key.is_public_key]
-    if any(not isinstance(key, (rsa.RSAPublicKey, ec.EllipticCurvePublicKey)) for key in public):
-        raise ConfigError(path, "public keys must be RSA or EC (P-256, P-384, P-521) keys")
-    rsa_keys = [key for key in public if isinstance(key, rsa.RSAPublicKey)]
-    if any(key.key_size < _MIN_RSA_BITS for key in rsa_keys):
-        raise ConfigError(path, f"RSA public keys must have at least {_MIN_RSA_BITS} bits")
-    curves = {key.curve.name for key in public if isinstance(key, ec.EllipticCurvePublicKey)}
-    for name in algorithms:
-        if name in _HMAC_ALGORITHMS:
-            if not secrets:
-                raise ConfigError(path, f"{name} needs an HMAC secret among the keys")
-            minimum = int(name[2:]) // 8
-            if any(len(secret) < minimum for secret in secrets):
-                raise ConfigError(path, f"{name} needs HMAC secrets of at least {minimum} bytes")
-        elif name.startswith(("RS", "PS")) and not rsa_keys:
-            raise ConfigError(path, f"{name} needs an RSA public key among the keys")
-        elif name in _EC_CURVE_NAMES and _EC_CURVE_NAMES[name] not in curves:
-            raise ConfigError(
-                path, f"{name} needs an EC public key on {_EC_CURVE_NAMES[name]} among the keys"
-            )
 
 
 def _parse_anonymous(section: _Section) -> AnonymousConfig:
@@ -425,7 +400,7 @@ def _parse_policies(section: _Section, anonymous: AnonymousConfig | None) -> dic
         assert entry is not None
         policies[endpoint_id] = _parse_policy(entry, endpoint_id, anonymous)
     if not policies:
-        raise ConfigError(section.path(""), "declare at least one endpoint policy")
+        raise ConfigError(section.location, "declare at least one endpoint policy")
     return policies
 
 
@@ -493,8 +468,10 @@ def _check_exact(policy: Policy, section: _Section) -> None:
     period = policy.rate.period_seconds
     if policy.algorithm is Algorithm.TOKEN_BUCKET:
         # refill = elapsed_us * count // period, elapsed capped at the time to fill.
-        largest = policy.burst * MICRO * period + policy.rate.count
-        key = "burst" if section.has("burst") else "rate"
+        capacity_term = policy.burst * MICRO * period
+        largest = capacity_term + policy.rate.count
+        # blame the term that dominates: a huge burst, or a huge refill count
+        key = "burst" if section.has("burst") and capacity_term >= policy.rate.count else "rate"
     else:
         # the estimate compares (current + cost) * window_us against limit * window_us.
         largest = (policy.burst + policy.cost) * period * MICRO

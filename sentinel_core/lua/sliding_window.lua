@@ -65,6 +65,8 @@ for i, key in ipairs(KEYS) do
       end
     end
   end
+  -- a window that starts ahead of TIME (TIME went back): Retry-After and reset wait for it
+  local ahead = math.max(0, start - now)
   local elapsed = math.max(0, now - start)
   local weighted_previous = previous * (window - elapsed)
   if weighted_previous + (current + cost) * window <= limit * window then
@@ -79,12 +81,12 @@ for i, key in ipairs(KEYS) do
       -- only the next window can admit: there, this window's count is the previous one.
       wait = window - elapsed + window - idiv((limit - cost) * window, current)
     end
-    retry_us = math.max(retry_us, wait)
+    retry_us = math.max(retry_us, ahead + wait)
   end
   counts[i] = {current, previous, start, elapsed}
   local left = idiv(math.max(0, limit * window - previous * (window - elapsed) - current * window), window)
   remaining = math.min(remaining, left)
-  reset_us = math.max(reset_us, window - elapsed)
+  reset_us = math.max(reset_us, ahead + window - elapsed)
 end
 
 if allowed == 1 then

@@ -11,7 +11,10 @@
 -- State:   one string per bucket, "<micro-tokens>:<last refill, unix us>", written with
 --          SET ... PX only, on admission only. An absent key is a full bucket; the TTL
 --          is the time until the bucket would be full again, so expiry loses nothing.
--- Clock:   Redis TIME is the only clock; all arithmetic is on integers kept below 2^53
+-- Clock:   Redis TIME is the only clock. A stored refill time ahead of TIME (TIME went
+--          back, e.g. on a failover) is never moved back: the bucket refills from that
+--          time on, and Retry-After, reset and the TTL count the wait until then.
+--          All arithmetic is on integers kept below 2^53
 --          (the config loader refuses policies that could exceed it), so the doubles
 --          Lua computes with stay exact. Rounding always favours the limiter.
 -- Returns: {allowed 0|1, TIME seconds, TIME microseconds, remaining whole tokens,
@@ -45,15 +48,20 @@ local remaining = capacity
 local retry_us = 0
 local reset_us = 0
 local after = {}
+local ahead = {}
 
 for i, key in ipairs(KEYS) do
   local tokens = capacity
+  ahead[i] = 0
   local state = redis.call('GET', key)
   if state then
     local stored, last = string.match(state, '^(%d+):(%d+)$')
     if stored then
       local elapsed = now - tonumber(last)
-      if elapsed < 0 then elapsed = 0 end
+      if elapsed < 0 then
+        ahead[i] = -elapsed
+        elapsed = 0
+      end
       if elapsed > fill_us then elapsed = fill_us end
       tokens = math.min(capacity, tonumber(stored) + idiv(elapsed * count, period))
     end
@@ -63,16 +71,16 @@ for i, key in ipairs(KEYS) do
   else
     allowed = 0
     after[i] = tokens
-    retry_us = math.max(retry_us, ceil_div((cost - tokens) * period, count))
+    retry_us = math.max(retry_us, ahead[i] + ceil_div((cost - tokens) * period, count))
   end
   remaining = math.min(remaining, after[i])
 end
 
 for i, key in ipairs(KEYS) do
-  local refill_us = ceil_div((capacity - after[i]) * period, count)
+  local refill_us = ahead[i] + ceil_div((capacity - after[i]) * period, count)
   reset_us = math.max(reset_us, refill_us)
   if allowed == 1 then
-    redis.call('SET', key, string.format('%.0f:%.0f', after[i], now),
+    redis.call('SET', key, string.format('%.0f:%.0f', after[i], now + ahead[i]),
       'PX', math.max(1, ceil_div(refill_us, 1000)))
   end
 end
