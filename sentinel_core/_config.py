@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -310,7 +310,7 @@ def _parse_jwt(section: _Section) -> JwtConfig:
     if not isinstance(algorithms, (list, tuple)) or not algorithms:
         raise ConfigError(algorithms_path, "expected a non-empty list of algorithm names")
     for name in algorithms:
-        if name not in _HMAC_ALGORITHMS | _PUBLIC_KEY_ALGORITHMS:
+        if not isinstance(name, str) or name not in _HMAC_ALGORITHMS | _PUBLIC_KEY_ALGORITHMS:
             raise ConfigError(algorithms_path, f"unsupported algorithm {name!r}")
     keys: list[JwtKey] = []
     if section.has("keys"):
@@ -330,11 +330,10 @@ def _parse_jwt(section: _Section) -> JwtConfig:
         raise ConfigError(
             section.path("key"), "missing key (key, key_env, public_key, public_key_file or keys)"
         )
-    for family, is_public in ((_HMAC_ALGORITHMS, False), (_PUBLIC_KEY_ALGORITHMS, True)):
-        wanted = [name for name in algorithms if name in family]
-        if wanted and not any(key.is_public_key is is_public for key in keys):
-            kind = "a public key" if is_public else "an HMAC secret"
-            raise ConfigError(algorithms_path, f"{', '.join(wanted)} need {kind} among the keys")
+    kids = [key.kid for key in keys if key.kid is not None]
+    if len(kids) != len(set(kids)):
+        raise ConfigError(section.path("keys"), "each kid may name one key only")
+    _check_jwt_keys(algorithms, keys, algorithms_path)
     config = JwtConfig(
         algorithms=tuple(algorithms),
         keys=tuple(keys),
@@ -344,6 +343,42 @@ def _parse_jwt(section: _Section) -> JwtConfig:
     )
     section.finish()
     return config
+
+
+_MIN_RSA_BITS = 2048
+_EC_CURVE_NAMES = {"ES256": "secp256r1", "ES384": "secp384r1", "ES512": "secp521r1"}
+
+
+def _check_jwt_keys(algorithms: Sequence[str], keys: Sequence[JwtKey], path: str) -> None:
+    """Every allowlisted algorithm has a key of its own family, strong enough for it
+    (RFC 7518: an HMAC secret at least as long as the hash, RSA of 2048 bits or more)."""
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    secrets = [key.material.encode() for key in keys if not key.is_public_key]
+    if any(secret.lstrip().startswith((b"-----BEGIN", b"ssh-")) for secret in secrets):
+        # A public key used as an HMAC secret lets anyone sign tokens: refuse it outright.
+        raise ConfigError(path, "an HMAC secret must not be a public key; use public_key")
+    public = [load_pem_public_key(key.material.encode()) for key in keys if key.is_public_key]
+    if any(not isinstance(key, (rsa.RSAPublicKey, ec.EllipticCurvePublicKey)) for key in public):
+        raise ConfigError(path, "public keys must be RSA or EC (P-256, P-384, P-521) keys")
+    rsa_keys = [key for key in public if isinstance(key, rsa.RSAPublicKey)]
+    if any(key.key_size < _MIN_RSA_BITS for key in rsa_keys):
+        raise ConfigError(path, f"RSA public keys must have at least {_MIN_RSA_BITS} bits")
+    curves = {key.curve.name for key in public if isinstance(key, ec.EllipticCurvePublicKey)}
+    for name in algorithms:
+        if name in _HMAC_ALGORITHMS:
+            if not secrets:
+                raise ConfigError(path, f"{name} needs an HMAC secret among the keys")
+            minimum = int(name[2:]) // 8
+            if any(len(secret) < minimum for secret in secrets):
+                raise ConfigError(path, f"{name} needs HMAC secrets of at least {minimum} bytes")
+        elif name.startswith(("RS", "PS")) and not rsa_keys:
+            raise ConfigError(path, f"{name} needs an RSA public key among the keys")
+        elif name in _EC_CURVE_NAMES and _EC_CURVE_NAMES[name] not in curves:
+            raise ConfigError(
+                path, f"{name} needs an EC public key on {_EC_CURVE_NAMES[name]} among the keys"
+            )
 
 
 def _parse_anonymous(section: _Section) -> AnonymousConfig:
