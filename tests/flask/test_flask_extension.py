@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flask import Flask
+from flask import Flask, Request
 from flask.views import MethodView
 from prometheus_client import CollectorRegistry
 
@@ -282,3 +282,87 @@ def test_sentinel_app_form_and_the_memory_store() -> None:
     client = app.test_client()
 
     assert [tailor(client) for _ in range(4)] == [200, 200, 200, 429]
+
+
+@pytest.mark.slow
+def test_an_unreachable_redis_at_start_up_is_used_once_it_is_back(make_app: MakeApp) -> None:
+    server = RedisServer().start()
+    server.stop()
+    try:
+        app = make_app(spec_config(server.url))  # logs, does not raise
+        client = app.test_client()
+        ingest = {"Authorization": bearer("tenant-a")}
+        assert client.post("/v1/ingest", headers=ingest).status_code == 503
+
+        server.start()  # same port
+
+        assert client.post("/v1/ingest", headers=ingest).status_code == 200
+        checker = server.client()
+        assert checker.dbsize() == 1
+        checker.close()
+    finally:
+        server.close()
+
+
+@pytest.mark.slow
+def test_an_unfit_redis_found_after_start_up_is_reported_critical(
+    make_app: MakeApp, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = RedisServer(policy="allkeys-lru").start()
+    server.stop()
+    try:
+        app = make_app(spec_config(server.url))
+        server.start()
+        with caplog.at_level(logging.CRITICAL, logger="sentinel"):
+            app.test_client().post("/v1/ingest", headers={"Authorization": bearer("t")})
+    finally:
+        server.close()
+
+    assert any(
+        record.levelno == logging.CRITICAL and "allkeys-lru" in record.getMessage()
+        for record in caplog.records
+    )
+
+
+def test_the_metrics_registry_given_to_the_extension_counts_the_apps_decisions(
+    make_app: MakeApp,
+) -> None:
+    registry = CollectorRegistry()
+    app = make_app(spec_config("memory://"), sentinel=Sentinel(registry=registry))
+    client = app.test_client()
+
+    for _ in range(4):
+        tailor(client)
+
+    def count(allowed: str, reason: str) -> float | None:
+        labels = {"endpoint_id": "resumint.tailor", "decision_reason": reason, "allowed": allowed}
+        return registry.get_sample_value("sentinel_decisions_total", labels)
+
+    assert count("true", "allowed") == 3
+    assert count("false", "rate_limited") == 1
+
+
+class ApiKeys:
+    """A plugin identifying tenants by an API key header, recording what it was given."""
+
+    def __init__(self) -> None:
+        self.natives: list[object] = []
+
+    @sentinel_core.hookimpl
+    def sentinel_identify(self, request: sentinel_core.RequestView, policy: Any) -> str | None:
+        self.natives.append(request.native)
+        return {"key-1": "tenant-1"}.get(request.headers.get("x-api-key", ""))
+
+
+def test_plugins_given_to_the_extension_see_the_flask_request(make_app: MakeApp) -> None:
+    plugin = ApiKeys()
+    app = make_app(spec_config("memory://"), sentinel=Sentinel(plugins=[plugin]))
+    client = app.test_client()
+
+    codes = [
+        client.post("/v1/tailor", headers={"X-Api-Key": "key-1"}).status_code for _ in range(4)
+    ]
+
+    assert codes == [200, 200, 200, 429]
+    assert client.post("/v1/tailor", headers={"X-Api-Key": "nope"}).status_code == 401
+    assert all(isinstance(native, Request) for native in plugin.natives)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from typing import Any
@@ -197,6 +198,7 @@ def test_bad_bearer_token_is_401_with_a_bearer_challenge_and_touches_no_redis_ke
     make_app: MakeApp,
     redis_url: str,
     redis_client: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
     path: str,
     authorization: str | None,
     error: str | None,
@@ -206,7 +208,8 @@ def test_bad_bearer_token_is_401_with_a_bearer_challenge_and_touches_no_redis_ke
     if authorization is not None:
         headers["Authorization"] = authorization
 
-    response = client.post(path, headers=headers)
+    with caplog.at_level(logging.DEBUG, logger="sentinel"):
+        response = client.post(path, headers=headers)
 
     assert response.status_code == 401
     challenge = response.headers["WWW-Authenticate"]
@@ -218,6 +221,7 @@ def test_bad_bearer_token_is_401_with_a_bearer_challenge_and_touches_no_redis_ke
     assert problem(response)["status"] == 401
     assert "RateLimit" not in response.headers
     assert redis_client.dbsize() == 0
+    assert not caplog.records  # no decision, so no log either
 
 
 def test_tenants_have_separate_buckets_keyed_by_hash_only(
