@@ -1,0 +1,323 @@
+"""Core decision speed and bucket memory, beside the floor and the `limits` library.
+
+One run, one private redis-server started here, every contender interleaved in rounds:
+
+- the floor: a bare ``EVALSHA`` of ``return 1`` (redis-py, sync and asyncio);
+- ``Sentinel.evaluate`` / ``await Sentinel.aevaluate`` on a token bucket and a sliding
+  window policy, as a user gets them (tenant id hashed per call, built-in metrics and
+  denial-log plugins registered);
+- ``limits`` (FixedWindow, MovingWindow, SlidingWindowCounter rate limiters on
+  ``RedisStorage``, and their ``limits.aio`` twins on redis-py's asyncio client).
+
+All at ``100/minute``. Each contender cycles over its own pool of identities, so no key
+is shared and nothing is denied (the denied column proves it): every call is an admitted
+request against an existing bucket, the common case. Then ``MEMORY USAGE`` of one key
+per algorithm after 100 admitted hits.
+
+Run from the repository root::
+
+    /work/venv/bin/python -m benchmarks.bench_core            # about a minute
+    /work/venv/bin/python -m benchmarks.bench_core --quick    # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import itertools
+import sys
+from collections import Counter
+from collections.abc import Awaitable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+if not __package__:  # run as a file: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis
+import redis.asyncio
+from limits import parse
+from limits import storage as limits_storage
+from limits import strategies as limits_strategies
+from limits.aio import storage as alimits_storage
+from limits.aio import strategies as alimits_strategies
+from prometheus_client import CollectorRegistry
+
+from benchmarks._common import (
+    AnyCall,
+    Stats,
+    arun_rounds,
+    machine_note,
+    markdown_table,
+    private_redis,
+)
+from sentinel_core import Sentinel, TenantIdentity
+
+RATE = "100/minute"
+LIMIT = 100
+POOL = 1_000
+SERVER_TIME_CALLS = 500
+"""Identities per contender: the full run makes about 20 calls per identity, far
+below the limit of 100 a minute."""
+
+TB, SW = "core.token_bucket", "core.sliding_window"
+LIMITS_STRATEGIES = {
+    "fixed window": (
+        limits_strategies.FixedWindowRateLimiter,
+        alimits_strategies.FixedWindowRateLimiter,
+    ),
+    "moving window": (
+        limits_strategies.MovingWindowRateLimiter,
+        alimits_strategies.MovingWindowRateLimiter,
+    ),
+    "sliding window counter": (
+        limits_strategies.SlidingWindowCounterRateLimiter,
+        alimits_strategies.SlidingWindowCounterRateLimiter,
+    ),
+}
+
+
+def sentinel_config(url: str) -> dict[str, Any]:
+    return {
+        "redis_url": url,
+        # Generous, so a scheduling hiccup on the shared box is not a timeout decision.
+        "socket_timeout_ms": 500,
+        "policies": {
+            TB: {"algorithm": "token_bucket", "rate": RATE, "fail_mode": "closed"},
+            SW: {"algorithm": "sliding_window", "rate": RATE, "fail_mode": "closed"},
+        },
+    }
+
+
+def identities(prefix: str) -> Iterator[str]:
+    return itertools.cycle([f"{prefix}-{index}" for index in range(POOL)])
+
+
+class Contenders:
+    """Builds the callables to time, and tallies every outcome that was not an admission."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, AnyCall] = {}
+        self.denied: Counter[str] = Counter()
+
+    def sentinel(self, name: str, sentinel: Sentinel, endpoint: str, is_async: bool) -> None:
+        tenants = identities(name)
+        denied = self.denied
+
+        def decide() -> None:
+            if not sentinel.evaluate(endpoint, next(tenants)).allowed:
+                denied[name] += 1
+
+        async def adecide() -> None:
+            if not (await sentinel.aevaluate(endpoint, next(tenants))).allowed:
+                denied[name] += 1
+
+        self.calls[name] = adecide if is_async else decide
+
+    def limits(self, name: str, limiter: Any, is_async: bool) -> None:
+        item, tenants, denied = parse(RATE), identities(name), self.denied
+
+        def hit() -> None:
+            if not limiter.hit(item, next(tenants)):
+                denied[name] += 1
+
+        async def ahit() -> None:
+            if not await limiter.hit(item, next(tenants)):
+                denied[name] += 1
+
+        self.calls[name] = ahit if is_async else hit
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    stats: dict[str, Stats]
+    denied: Counter[str]
+    server_us: dict[str, float]
+    """Redis-side µs per decision (INFO commandstats), measured apart from the timing."""
+
+
+async def server_time(client: redis.Redis, call: AnyCall, calls: int) -> float:
+    """Redis's own µs per call of ``call``: every command's ``usec`` from INFO
+    commandstats (reset first), divided by the calls. The admin commands are excluded."""
+    is_async = inspect.iscoroutinefunction(call)
+    client.config_resetstat()
+    for _ in range(calls):
+        result = call()
+        if is_async:
+            await cast(Awaitable[object], result)
+    stats = client.info("commandstats")
+    usec = sum(
+        float(value["usec"])
+        for name, value in stats.items()
+        if not name.startswith(("cmdstat_config", "cmdstat_info"))
+    )
+    return usec / calls
+
+
+async def measure(url: str, rounds: int, per_round: int) -> Measured:
+    sentinel = Sentinel(sentinel_config(url), registry=CollectorRegistry(), entry_points=False)
+    sentinel.check()
+    await sentinel.acheck()
+    client = redis.Redis.from_url(url)
+    aclient = redis.asyncio.Redis.from_url(url)
+    floor_sha = client.script_load("return 1")
+    sync_storage = limits_storage.RedisStorage(url)
+    async_storage = alimits_storage.RedisStorage(f"async+{url}", implementation="redispy")
+
+    contenders = Contenders()
+    contenders.calls["sync · bare EVALSHA (floor)"] = lambda: client.evalsha(floor_sha, 0)
+    contenders.sentinel("sync · Sentinel token bucket", sentinel, TB, is_async=False)
+    contenders.sentinel("sync · Sentinel sliding window", sentinel, SW, is_async=False)
+    for label, (sync_strategy, _) in LIMITS_STRATEGIES.items():
+        contenders.limits(f"sync · limits {label}", sync_strategy(sync_storage), is_async=False)
+
+    async def floor() -> None:
+        await aclient.evalsha(floor_sha, 0)
+
+    contenders.calls["async · bare EVALSHA (floor)"] = floor
+    contenders.sentinel("async · Sentinel token bucket", sentinel, TB, is_async=True)
+    contenders.sentinel("async · Sentinel sliding window", sentinel, SW, is_async=True)
+    for label, (_, async_strategy) in LIMITS_STRATEGIES.items():
+        contenders.limits(f"async · limits {label}", async_strategy(async_storage), is_async=True)
+
+    try:
+        stats = await arun_rounds(
+            contenders.calls, rounds=rounds, per_round=per_round, warmup=min(200, per_round)
+        )
+        server_us = {
+            name: await server_time(client, call, SERVER_TIME_CALLS)
+            for name, call in contenders.calls.items()
+        }
+    finally:
+        sentinel.close()
+        await sentinel.aclose()
+        client.close()
+        await aclient.aclose()
+    return Measured(stats, contenders.denied, server_us)
+
+
+def memory_usage(url: str) -> list[tuple[str, int, str]]:
+    """``MEMORY USAGE`` (exact: SAMPLES 0) of one bucket per algorithm after 100 hits."""
+    client = redis.Redis.from_url(url)
+    sentinel = Sentinel(sentinel_config(url), registry=CollectorRegistry(), entry_points=False)
+    probe = "memory-probe"
+    rows: list[tuple[str, int, str]] = []
+    try:
+        for endpoint, label in ((TB, "Sentinel token bucket"), (SW, "Sentinel sliding window")):
+            for _ in range(LIMIT):
+                assert sentinel.evaluate(endpoint, probe).allowed
+            (key,) = TenantIdentity(probe).bucket_keys(sentinel.config.policies[endpoint])
+            rows.append((label, _usage(client, key), f"1 string, key {len(key)} B"))
+        storage = limits_storage.RedisStorage(url)
+        item = parse(RATE)
+        for label, (strategy, _) in LIMITS_STRATEGIES.items():
+            limiter = strategy(storage)
+            marker = f"memory-{label.replace(' ', '-')}"
+            for _ in range(LIMIT):
+                assert limiter.hit(item, marker)
+            keys = sorted(client.scan_iter(match=f"*{marker}*"))
+            kinds = ", ".join(client.type(key).decode() for key in keys)
+            total = sum(_usage(client, key) for key in keys)
+            rows.append((f"limits {label}", total, f"{len(keys)} key(s): {kinds}"))
+    finally:
+        sentinel.close()
+        client.close()
+    return rows
+
+
+def _usage(client: redis.Redis, key: str | bytes) -> int:
+    return int(client.memory_usage(key, samples=0) or 0)
+
+
+def report(measured: Measured, memory: list[tuple[str, int, str]]) -> str:
+    stats, denied = measured.stats, measured.denied
+    floors = {api: stats[f"{api} · bare EVALSHA (floor)"] for api in ("sync", "async")}
+
+    def floor_of(name: str) -> Stats:
+        return floors[name.split(" · ")[0]]
+
+    rows = [
+        (
+            name,
+            item.count,
+            round(item.per_second),
+            item.p50_us,
+            item.p99_us,
+            f"{item.p50_us / floor_of(name).p50_us:.2f}",
+            measured.server_us[name],
+            denied[name],
+        )
+        for name, item in stats.items()
+    ]
+    lines = [
+        markdown_table(
+            [
+                "contender",
+                "calls",
+                "decisions/s",
+                "p50 µs",
+                "p99 µs",
+                "p50 / floor p50",
+                "Redis µs/call",
+                "denied",
+            ],
+            rows,
+        ),
+        "",
+        f"Redis µs/call: the server's own time per call (INFO commandstats over"
+        f" {SERVER_TIME_CALLS} calls, measured after the timed rounds); the rest of p50 is"
+        " the network round trip and the client.",
+        "",
+        "Sentinel p50 / limits p50 (same API; below 1.00 means Sentinel is faster):",
+        "",
+    ]
+    strategies = list(LIMITS_STRATEGIES)
+    ratio_rows = []
+    for api in ("sync", "async"):
+        for algorithm in ("token bucket", "sliding window"):
+            mine = stats[f"{api} · Sentinel {algorithm}"]
+            ratio_rows.append(
+                (
+                    f"{api} · Sentinel {algorithm}",
+                    f"{mine.p50_us / floor_of(api).p50_us:.2f}",
+                    *(
+                        f"{mine.p50_us / stats[f'{api} · limits {other}'].p50_us:.2f}"
+                        for other in strategies
+                    ),
+                )
+            )
+    lines.append(
+        markdown_table(
+            ["", "vs bare EVALSHA (target ≤ 1.25)", *(f"vs limits {s}" for s in strategies)],
+            ratio_rows,
+        )
+    )
+    lines += [
+        "",
+        f"`MEMORY USAGE` after {LIMIT} hits at {RATE} (target ≤ 100 bytes per Sentinel bucket):",
+        "",
+        markdown_table(["bucket", "bytes", "shape"], memory),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="3 short rounds: a smoke run")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--per-round", type=int, default=1_000)
+    args = parser.parse_args(argv)
+    rounds, per_round = (3, 200) if args.quick else (args.rounds, args.per_round)
+    with private_redis() as server:
+        measured = asyncio.run(measure(server.url, rounds, per_round))
+        memory = memory_usage(server.url)
+    print(f"# bench_core: {rounds} rounds x {per_round} calls per contender, interleaved")
+    print(f"Machine: {machine_note()}\n")
+    print(report(measured, memory))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
