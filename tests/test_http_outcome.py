@@ -1,0 +1,330 @@
+"""SPEC §4's table, as `Sentinel.guard` answers it: status, headers and problem bodies.
+
+Allowed requests carry ``RateLimit-Policy``/``RateLimit`` in the IETF httpapi draft's
+structured-field syntax; 429s carry an integer ``Retry-After`` for both algorithms and
+the quota-exceeded problem type; store failures are 503s with the
+temporary-reduced-capacity type, with ``Retry-After`` once the breaker is open. Decided
+on the private Redis (and a dead port for outages).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sentinel_core import Cookie, Outcome, Sentinel
+from sentinel_core._http import QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY, ratelimit_headers
+from tests.support.http import header, make_sentinel, request_view
+from tests.support.redis_server import free_port
+from tests.support.tokens import COOKIE_SECRET, HS_SECRET, bearer, hs256
+
+ENDPOINT = "api.write"
+_SF_STRING = r'"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"'
+_PK = r"pk=:([A-Za-z0-9+/]+=*):"
+POLICY_RE = re.compile(rf"{_SF_STRING};q=(\d+);w=(\d+);{_PK}")
+RATELIMIT_RE = re.compile(rf"{_SF_STRING};r=(\d+);t=(\d+);{_PK}")
+
+
+def config(redis_url: str, policy: dict[str, Any], **top: Any) -> dict[str, Any]:
+    return {
+        "redis_url": redis_url,
+        "socket_timeout_ms": 200,
+        "jwt": {"key": HS_SECRET},
+        "anonymous": {"cookie_secret": COOKIE_SECRET},
+        "policies": {ENDPOINT: policy},
+        **top,
+    }
+
+
+def token_bucket(**fields: Any) -> dict[str, Any]:
+    return {
+        "algorithm": "token_bucket",
+        "rate": "1/minute",
+        "burst": 3,
+        "fail_mode": "closed",
+    } | fields
+
+
+def sliding_window(**fields: Any) -> dict[str, Any]:
+    return {"algorithm": "sliding_window", "rate": "3/minute", "fail_mode": "closed"} | fields
+
+
+@pytest.fixture
+def make(redis_url: str) -> Iterator[Any]:
+    created: list[Sentinel] = []
+
+    def factory(policy: dict[str, Any], url: str = redis_url, **top: Any) -> Sentinel:
+        created.append(make_sentinel(config(url, policy, **top)))
+        return created[-1]
+
+    yield factory
+    for sentinel in created:
+        sentinel.close()
+
+
+def call(sentinel: Sentinel, tenant: str = "tenant-a", **view: Any) -> Outcome:
+    headers = {"Authorization": bearer(hs256(tenant))}
+    return sentinel.guard(ENDPOINT, request_view(headers=headers, **view))
+
+
+def parsed(outcome: Outcome) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The (name, q, w, pk) and (name, r, t, pk) of the outcome's RateLimit headers."""
+    policy = POLICY_RE.fullmatch(header(outcome.headers, "RateLimit-Policy") or "")
+    state = RATELIMIT_RE.fullmatch(header(outcome.headers, "RateLimit") or "")
+    assert policy is not None, outcome.headers
+    assert state is not None, outcome.headers
+    return policy.groups(), state.groups()
+
+
+def problem(outcome: Outcome) -> dict[str, Any]:
+    assert header(outcome.headers, "Content-Type") == "application/problem+json"
+    body: dict[str, Any] = json.loads(outcome.body)
+    assert body["status"] == outcome.status
+    return body
+
+
+def retry_after(outcome: Outcome) -> int:
+    value = header(outcome.headers, "Retry-After")
+    assert value is not None
+    assert value.isdigit(), value
+    assert int(value) >= 1
+    return int(value)
+
+
+# --- allowed ----------------------------------------------------------------------------
+
+
+def test_allowed_token_bucket_responses_describe_quota_and_what_is_left(make: Any) -> None:
+    sentinel = make(token_bucket(rate="5/second", burst=10))
+    outcomes = [call(sentinel) for _ in range(3)]
+    assert [(o.allowed, o.status) for o in outcomes] == [(True, 200)] * 3
+    policies, states = zip(*(parsed(o) for o in outcomes), strict=True)
+    # q is the burst; w the seconds a token bucket takes to refill from empty (10 / 5/s).
+    assert {p[:3] for p in policies} == {(ENDPOINT, "10", "2")}
+    assert [s[1] for s in states] == ["9", "8", "7"]
+    assert all(1 <= int(s[2]) <= 2 for s in states)
+    # One partition key for one tenant, the same in both fields; another tenant's differs.
+    assert len({p[3] for p in policies} | {s[3] for s in states}) == 1
+    assert len(base64.b64decode(policies[0][3])) == 12
+    assert parsed(call(sentinel, "tenant-b"))[0][3] != policies[0][3]
+
+
+def test_allowed_sliding_window_responses_describe_the_window(make: Any) -> None:
+    sentinel = make(sliding_window(rate="4/minute"))
+    (policy, state) = parsed(call(sentinel))
+    assert policy[:3] == (ENDPOINT, "4", "60")
+    assert state[1] == "3"
+    assert 1 <= int(state[2]) <= 60
+
+
+def test_the_partition_key_is_not_the_bucket_keys_hash(make: Any, redis_url: str) -> None:
+    import redis
+
+    outcome = call(make(token_bucket()))
+    pk = base64.b64decode(parsed(outcome)[0][3]).hex()
+    client = redis.Redis.from_url(redis_url)
+    try:
+        (key,) = client.keys("*")
+    finally:
+        client.close()
+    assert pk not in key.decode()
+
+
+# --- 429 --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "longest_wait"),
+    [(token_bucket(), 60), (sliding_window(), 120)],
+    ids=["token_bucket", "sliding_window"],
+)
+def test_rate_limited_is_429_with_retry_after_and_the_quota_exceeded_problem(
+    make: Any, policy: dict[str, Any], longest_wait: int
+) -> None:
+    sentinel = make(policy)
+    assert all(call(sentinel).allowed for _ in range(3))
+    denied = call(sentinel)
+    assert (denied.allowed, denied.status, denied.cookie) == (False, 429, None)
+    assert retry_after(denied) <= longest_wait
+    assert problem(denied) == {
+        "type": QUOTA_EXCEEDED,
+        "title": "Too Many Requests",
+        "status": 429,
+        "detail": "rate limit exceeded",
+        "violated-policies": [ENDPOINT],
+    }
+    assert parsed(denied)[1][1] == "0"
+    assert denied.decision is not None
+    assert denied.decision.reason == "rate_limited"
+
+
+def test_a_token_bucket_429_asks_for_the_time_one_token_takes(make: Any) -> None:
+    sentinel = make(token_bucket(rate="1/minute", burst=1))
+    assert call(sentinel).allowed
+    # The bucket is empty: one token at 1/minute is 60 s away (less the ms elapsed).
+    assert retry_after(call(sentinel)) in (59, 60)
+
+
+# --- 503 --------------------------------------------------------------------------------
+
+
+def test_fail_closed_on_a_dead_redis_is_503_then_retry_after_once_the_breaker_opens(
+    make: Any,
+) -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    sentinel = make(token_bucket(), dead, breaker={"failure_threshold": 2, "open_seconds": 30})
+    first, second, third = (call(sentinel) for _ in range(3))
+    assert [o.status for o in (first, second, third)] == [503, 503, 503]
+    assert [o.decision.reason for o in (first, second, third) if o.decision] == [
+        "fail_closed",
+        "fail_closed",
+        "circuit_open",
+    ]
+    assert header(first.headers, "Retry-After") is None  # the breaker is still closed
+    assert retry_after(second) == 30  # this failure opened it
+    assert 1 <= retry_after(third) <= 30
+    for outcome in (first, second, third):
+        assert problem(outcome) == {
+            "type": TEMPORARY_REDUCED_CAPACITY,
+            "title": "Service Unavailable",
+            "status": 503,
+            "detail": "rate limiter unavailable",
+        }
+        assert header(outcome.headers, "RateLimit") is None
+        assert header(outcome.headers, "RateLimit-Policy") is None
+
+
+def test_fail_open_on_a_dead_redis_describes_the_emergency_bucket(make: Any) -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    policy = token_bucket(rate="100/second", fail_mode="open", fallback_rate="2/second")
+    sentinel = make(policy, dead)
+    first, second, third = (call(sentinel) for _ in range(3))
+    assert [o.status for o in (first, second, third)] == [200, 200, 429]
+    assert [p[:3] for p, _ in (parsed(first), parsed(second))] == [(ENDPOINT, "2", "1")] * 2
+    assert [s[1] for _, s in (parsed(first), parsed(second))] == ["1", "0"]
+    assert third.decision is not None
+    assert third.decision.reason == "emergency_local_limit"
+    assert retry_after(third) == 1
+    assert problem(third)["type"] == QUOTA_EXCEEDED
+
+
+def test_no_cookie_is_set_on_429_or_503(make: Any) -> None:
+    anonymous = token_bucket(identity="anonymous", burst=1)
+    limited = make(anonymous)
+    assert limited.guard(ENDPOINT, request_view()).cookie is not None
+    assert limited.guard(ENDPOINT, request_view()).status == 429
+    assert limited.guard(ENDPOINT, request_view()).cookie is None
+    down = make(anonymous, f"redis://127.0.0.1:{free_port()}/0")
+    outcome = down.guard(ENDPOINT, request_view())
+    assert (outcome.status, outcome.cookie) == (503, None)
+
+
+# --- configuration switches ------------------------------------------------------------
+
+
+def test_headers_ratelimit_false_turns_the_ratelimit_fields_off_but_not_retry_after(
+    make: Any,
+) -> None:
+    sentinel = make(token_bucket(burst=1), headers={"ratelimit": False})
+    allowed, denied = call(sentinel), call(sentinel)
+    assert (allowed.status, allowed.headers) == (200, ())
+    assert denied.status == 429
+    assert retry_after(denied) >= 1
+    assert header(denied.headers, "RateLimit") is None
+    assert header(denied.headers, "RateLimit-Policy") is None
+
+
+def test_a_shadow_policy_lets_would_be_denials_through_without_telling_the_client(
+    make: Any,
+) -> None:
+    sentinel = make(token_bucket(burst=1, shadow=True))
+    first, second = call(sentinel), call(sentinel)
+    assert [(o.allowed, o.status) for o in (first, second)] == [(True, 200), (True, 200)]
+    assert second.decision is not None
+    assert (second.decision.would_allow, second.decision.reason) == (False, "rate_limited")
+    assert second.headers == ()
+
+
+@pytest.mark.parametrize("secure", [True, False])
+def test_the_device_cookie_is_httponly_samesite_lax_and_secure_per_config(
+    make: Any, secure: bool
+) -> None:
+    sentinel = make(
+        token_bucket(identity="anonymous"),
+        anonymous={
+            "cookie_secret": COOKIE_SECRET,
+            "secure": secure,
+            "cookie_name": "dev",
+            "cookie_max_age_seconds": 86400,
+        },
+    )
+    cookie = sentinel.guard(ENDPOINT, request_view()).cookie
+    assert cookie is not None
+    assert (cookie.name, cookie.max_age, cookie.secure, cookie.http_only, cookie.same_site) == (
+        "dev",
+        86400,
+        secure,
+        True,
+        "Lax",
+    )
+    attributes = cookie.header_value().split("; ")
+    assert attributes[0] == f"dev={cookie.value}"
+    assert {"HttpOnly", "SameSite=Lax", "Max-Age=86400", "Path=/"} <= set(attributes)
+    assert ("Secure" in attributes) is secure
+
+
+def test_cookie_header_value_has_exactly_the_given_attributes() -> None:
+    cookie = Cookie("n", "v1.a.b", 10, secure=True)
+    assert cookie.header_value() == "n=v1.a.b; Max-Age=10; Path=/; HttpOnly; SameSite=Lax; Secure"
+
+
+def test_the_401_challenge_carries_the_rfc6750_error(make: Any) -> None:
+    sentinel = make(token_bucket())
+    expired = sentinel.guard(
+        ENDPOINT, request_view(headers={"Authorization": bearer(hs256(ttl=-60))})
+    )
+    assert expired.status == 401
+    assert header(expired.headers, "WWW-Authenticate") == (
+        'Bearer error="invalid_token", error_description="token expired"'
+    )
+    assert problem(expired)["title"] == "Unauthorized"
+    missing = sentinel.guard(ENDPOINT, request_view())
+    assert header(missing.headers, "WWW-Authenticate") == "Bearer"
+
+
+@pytest.mark.parametrize("endpoint_id", ['odd"name\\x', "café.ünïcode", "100%"])
+def test_policy_names_are_valid_structured_field_strings(endpoint_id: str) -> None:
+    policy_config = config("memory://", token_bucket())
+    policy_config["policies"] = {endpoint_id: token_bucket()}
+    sentinel = make_sentinel(policy_config)
+    outcome = sentinel.guard(endpoint_id, request_view(headers={"Authorization": bearer(hs256())}))
+    assert outcome.decision is not None
+    for _, value in ratelimit_headers(outcome.decision):
+        assert value.isascii()
+    name = parsed(outcome)[0][0]
+    if endpoint_id.isascii():
+        assert name.replace('\\"', '"').replace("\\\\", "\\") == endpoint_id
+    else:
+        assert name == "caf%C3%A9.%C3%BCn%C3%AFcode"
+
+
+# --- asyncio ----------------------------------------------------------------------------
+
+
+async def test_aguard_answers_like_guard(redis_url: str) -> None:
+    sentinel = make_sentinel(config(redis_url, token_bucket(burst=2)))
+    try:
+        view = request_view(headers={"Authorization": bearer(hs256("async-tenant"))})
+        outcomes = [await sentinel.aguard(ENDPOINT, view) for _ in range(3)]
+        unauthorized = await sentinel.aguard(ENDPOINT, request_view())
+    finally:
+        await sentinel.aclose()
+    assert [o.status for o in outcomes] == [200, 200, 429]
+    assert retry_after(outcomes[2]) >= 1
+    assert parsed(outcomes[0])[1][1] == "1"
+    assert unauthorized.status == 401
