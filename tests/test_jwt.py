@@ -186,6 +186,7 @@ def test_leeway_accepts_slightly_expired_and_early_tokens_only() -> None:
     assert "expired" in refusal(verifier(), bearer(hs256(ttl=-10))).description
 
 
+@pytest.mark.security
 def test_algorithm_confusion_hs256_signed_with_the_rsa_public_pem_is_refused() -> None:
     pem = public_pem(rsa_private_key())
     forged = bearer(forge_hmac(claims("attacker"), pem.encode()))
@@ -197,6 +198,7 @@ def test_algorithm_confusion_hs256_signed_with_the_rsa_public_pem_is_refused() -
     assert both.tenant_from_authorization(bearer(hs256("legit"))) == "legit"
 
 
+@pytest.mark.security
 def test_a_public_key_configured_as_an_hmac_secret_is_a_config_error() -> None:
     pem = public_pem(rsa_private_key())
     with pytest.raises(ConfigError, match="must not be a public key") as caught:
@@ -295,6 +297,7 @@ def client(redis_url: str, redis_server: RedisServer) -> Iterator[redis.Redis]:
     connection.close()
 
 
+@pytest.mark.security
 def test_every_bad_token_is_a_401_before_any_redis_call(
     redis_url: str, client: redis.Redis
 ) -> None:
