@@ -7,9 +7,11 @@ middleware alike.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase  # type: ignore[import-untyped]
+from django.http.request import HttpHeaders  # type: ignore[import-untyped]
 
 from sentinel_core import Outcome, RequestView
 
@@ -20,6 +22,34 @@ _MERGED_HEADERS = frozenset({"ratelimit-policy", "ratelimit"})
 """Structured-field lists: a second guard's entries are appended, not overwritten."""
 
 
+class MetaHeaders(Mapping[str, str]):
+    """The request's headers, case-insensitive, looked up in ``META`` on demand.
+
+    Django's ``request.headers`` parses every ``META`` entry the first time it is read;
+    the guard needs one header (``Authorization``), so it reads that one, by the same
+    rules (``HTTP_<NAME>``, plus ``CONTENT_TYPE`` and ``CONTENT_LENGTH``; ``_`` and ``-``
+    alike, as ``HttpHeaders`` looks names up). Iterating falls back to it.
+    """
+
+    __slots__ = ("_meta",)
+
+    def __init__(self, meta: Mapping[str, Any]) -> None:
+        self._meta = meta
+
+    def __getitem__(self, name: str) -> str:
+        key = name.upper().replace("-", "_")
+        if key not in HttpHeaders.UNPREFIXED_HEADERS:
+            key = HttpHeaders.HTTP_PREFIX + key
+        value: str = self._meta[key]
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(HttpHeaders(self._meta))
+
+    def __len__(self) -> int:
+        return len(HttpHeaders(self._meta))
+
+
 def request_view(request: HttpRequest) -> RequestView:
     """What the core needs of ``request``; the peer is ``REMOTE_ADDR`` and nothing else
     (proxies' headers are ignored: trusting them is the deployment's business)."""
@@ -28,7 +58,7 @@ def request_view(request: HttpRequest) -> RequestView:
     return RequestView(
         method=request.method or "GET",
         route=route,
-        headers=request.headers,
+        headers=MetaHeaders(request.META),
         cookies=request.COOKIES,
         peer=request.META.get("REMOTE_ADDR"),
         native=request,
