@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
-from sentinel_core._stores import AsyncRedisStore
+from sentinel_core._stores import AsyncStore
 
 _Key = tuple[asyncio.AbstractEventLoop, str, int]
 
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
-    store: AsyncRedisStore
+    store: AsyncStore
     closer: AsyncGenerator[None, None]
 
 
@@ -35,8 +35,9 @@ _lock = threading.Lock()
 _entries: dict[_Key, _Entry] = {}
 
 
-def store_for(url: str, socket_timeout_ms: int) -> AsyncRedisStore:
-    """The running loop's store for ``url``, created (no I/O) on the loop's first use.
+def store_for(url: str, socket_timeout_ms: int, open_store: Callable[[], AsyncStore]) -> AsyncStore:
+    """The running loop's store for ``url``, opened with ``open_store`` (which must do no
+    I/O) on the loop's first use.
 
     Raises:
         RuntimeError: called outside a running event loop.
@@ -45,7 +46,7 @@ def store_for(url: str, socket_timeout_ms: int) -> AsyncRedisStore:
     entry = _entries.get(key)
     if entry is not None:
         return entry.store
-    store = AsyncRedisStore(url, socket_timeout_ms)
+    store = open_store()
     closer = _close_at_shutdown(key, store)
     with _lock:
         existing = _entries.get(key)
@@ -67,7 +68,7 @@ def _start(closer: AsyncGenerator[None, None]) -> None:
     raise RuntimeError("the store closer awaited before its first yield")
 
 
-async def _close_at_shutdown(key: _Key, store: AsyncRedisStore) -> AsyncGenerator[None, None]:
+async def _close_at_shutdown(key: _Key, store: AsyncStore) -> AsyncGenerator[None, None]:
     try:
         yield
     finally:

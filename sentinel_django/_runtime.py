@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sentinel_core import Sentinel, StartupError
-from sentinel_core._stores import MEMORY_URL, AsyncStore
+from sentinel_core._stores import MEMORY_URL, AsyncRedisStore, AsyncStore
 
 from . import _loops
 
@@ -28,9 +28,10 @@ class DjangoSentinel(Sentinel):
 
     @property
     def async_store(self) -> AsyncStore:
-        if self.config.redis_url.startswith(MEMORY_URL):
+        url, timeout = self.config.redis_url, self.config.socket_timeout_ms
+        if url.startswith(MEMORY_URL):
             return super().async_store
-        return _loops.store_for(self.config.redis_url, self.config.socket_timeout_ms)
+        return _loops.store_for(url, timeout, lambda: AsyncRedisStore(url, timeout))
 
 
 class Runtime:
