@@ -31,7 +31,9 @@ def rate_limited(endpoint_id: str) -> Callable[[V], V]:
 
     Works on a function view (sync or async), on a class-based view class (its
     ``dispatch`` is guarded; Django REST framework ``APIView`` subclasses included), on
-    a method through ``method_decorator``, and stacked (every guard must allow).
+    a handler method directly or through ``method_decorator`` (for an ``async`` method,
+    ``method_decorator`` needs Django 5.0; decorating it directly works on every
+    version), and stacked (every guard must allow).
     """
 
     def decorate(view: V) -> V:

@@ -7,6 +7,7 @@ import json
 import threading
 from typing import Any
 
+import django
 import pytest
 import redis
 from django.apps import apps
@@ -24,6 +25,7 @@ SYNC_INGEST_VIEWS = {
     "/v1/cbv-method": "cbv-method-decorator",
     "/v1/cbv-class": "cbv-class",
     "/v1/cbv-handler": "cbv-handler",
+    "/v1/cbv-direct": "cbv-method-direct",
     "/v1/drf-class": "drf-class",
     "/v1/drf-handler": "drf-handler",
 }
@@ -31,8 +33,10 @@ ASYNC_INGEST_VIEWS = {
     "/async/ingest": "async",
     "/async/cbv-class": "async-cbv-class",
     "/async/cbv-method": "async-cbv-method-decorator",
-    "/async/cbv-handler": "async-cbv-handler",
+    "/async/cbv-direct": "async-cbv-method-direct",
 }
+if django.VERSION >= (5, 0):  # method_decorator keeps async methods async from 5.0 on
+    ASYNC_INGEST_VIEWS["/async/cbv-handler"] = "async-cbv-handler"
 
 
 def _redis(url: str) -> redis.Redis:

@@ -9,6 +9,7 @@ sync = [
     path("cbv-method", views.IngestMethodDecorated.as_view()),
     path("cbv-class", views.IngestClassDecorated.as_view()),
     path("cbv-handler", views.IngestHandlerDecorated.as_view()),
+    path("cbv-direct", views.IngestMethodDirect.as_view()),
     path("drf-class", views.DrfIngest.as_view()),
     path("drf-handler", views.DrfIngestHandlerDecorated.as_view()),
 ]
@@ -19,6 +20,7 @@ asynchronous = [
     path("cbv-class", views.AsyncIngestClassDecorated.as_view()),
     path("cbv-method", views.AsyncIngestMethodDecorated.as_view()),
     path("cbv-handler", views.AsyncIngestHandlerDecorated.as_view()),
+    path("cbv-direct", views.AsyncIngestMethodDirect.as_view()),
 ]
 urlpatterns = [
     path("v1/", include(sync)),

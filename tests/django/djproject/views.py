@@ -76,9 +76,22 @@ class AsyncIngestMethodDecorated(View):
 
 
 class AsyncIngestHandlerDecorated(View):
+    # method_decorator keeps an async method async from Django 5.0 on.
     @method_decorator(rate_limited("pdftalk.ingest"))
     async def post(self, request: HttpRequest) -> HttpResponse:
         return _ok("async-cbv-handler")
+
+
+class IngestMethodDirect(View):
+    @rate_limited("pdftalk.ingest")  # directly on a method: the request is found after self
+    def post(self, request: HttpRequest) -> HttpResponse:
+        return _ok("cbv-method-direct")
+
+
+class AsyncIngestMethodDirect(View):
+    @rate_limited("pdftalk.ingest")  # works on every Django, unlike method_decorator here
+    async def post(self, request: HttpRequest) -> HttpResponse:
+        return _ok("async-cbv-method-direct")
 
 
 @rate_limited("pdftalk.ingest")
