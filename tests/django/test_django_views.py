@@ -10,6 +10,7 @@ from typing import Any
 import django
 import pytest
 import redis
+from asgiref.sync import iscoroutinefunction
 from django.apps import apps
 from django.test import AsyncClient, Client, override_settings
 from django_harness import Configure, Http, LoopRunner, PeerAsyncClient
@@ -17,6 +18,7 @@ from django_harness import Configure, Http, LoopRunner, PeerAsyncClient
 import sentinel_django
 from sentinel_core import Sentinel, StartupError, UnknownEndpointError
 from sentinel_django import _loops, conf, rate_limited
+from sentinel_django.middleware import SentinelMiddleware
 from tests.support.adapter_config import bearer
 from tests.support.redis_server import RedisServer
 
@@ -128,6 +130,26 @@ def test_middleware_guards_an_undecorated_route_by_its_template(
     assert responses[0]["RateLimit-Policy"].startswith('"pdftalk.ingest";')
     assert json.loads(responses[1].content)["view"].endswith("item 2")
     assert responses[3]["Content-Type"] == "application/problem+json"
+    # ASGI: process_view is awaited on the loop with the asyncio store, not sent to a thread
+    assert _loops.live_store_count() == (1 if http.flavor == "async" else 0)
+
+
+def test_middleware_is_sync_and_async_capable() -> None:
+    def sync_handler(request: Any) -> Any:
+        return None
+
+    async def async_handler(request: Any) -> Any:
+        return None
+
+    sync_middleware = SentinelMiddleware(sync_handler)
+    async_middleware = SentinelMiddleware(async_handler)
+
+    assert SentinelMiddleware.sync_capable
+    assert SentinelMiddleware.async_capable
+    assert not iscoroutinefunction(sync_middleware)
+    assert not iscoroutinefunction(sync_middleware.process_view)
+    assert iscoroutinefunction(async_middleware)
+    assert iscoroutinefunction(async_middleware.process_view)
 
 
 def test_middleware_leaves_unrouted_methods_and_paths_alone(configure: Configure) -> None:
