@@ -287,12 +287,59 @@ def test_demo_refuses_an_unfit_redis(
     assert demo_rows(out) == []
 
 
-def test_demo_with_a_framework_says_what_it_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = run(capsys, "demo", "--framework", "flask")
+def test_demo_without_a_framework_driver_says_what_it_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out = run(capsys, "demo", "--framework", "django")
     assert code == 0
-    assert "the flask demo" in out
-    assert "running the core demo" in out
+    assert "note: the django demo has no in-process driver" in out
+    assert "Running the core demo" in out
     assert by_endpoint(demo_rows(out), "resumint.tailor")
+
+
+def assert_example_demo(out: str) -> None:
+    """The example apps' policies: tailor is a fail-open bucket of 20, ingest a fail-closed
+    window of 10 a minute; the table must show each limit and each failure mode."""
+    rows = demo_rows(out)
+    assert all(row[3] != "?" for row in rows)  # every reason was read back from the metrics
+    for tenant in ("acme", "globex"):
+        bucket = by_endpoint(rows, "resumint.tailor", tenant)[:22]
+        assert [row[:2] for row in bucket] == [["200", "allowed"]] * 20 + [
+            ["429", "rate_limited"]
+        ] * 2
+        assert [row[2] for row in bucket[:3]] == ["19", "18", "17"]  # from RateLimit: r=
+        assert all(int(row[3]) >= 1 for row in bucket[20:])
+    window = by_endpoint(rows, "pdftalk.ingest")[:12]
+    assert [row[:2] for row in window] == [["200", "allowed"]] * 10 + [["429", "rate_limited"]] * 2
+    outage = out[out.index("3. Redis unreachable") :]
+    closed = by_endpoint(demo_rows(outage), "pdftalk.ingest")
+    assert [row[:2] for row in closed] == [["503", "fail_closed"]] * 3 + [
+        ["503", "circuit_open"]
+    ] * 2
+    assert [row[3] for row in closed[3:]] == ["30", "30"]
+    opened = by_endpoint(demo_rows(outage), "resumint.tailor")
+    assert opened[0][:2] == ["200", "redis_connection_error"]
+    assert ["429", "emergency_local_limit"] in [row[:2] for row in opened]
+
+
+@pytest.mark.parametrize("framework", ["flask", "fastapi"])
+def test_demo_drives_the_framework_example_app(
+    capsys: pytest.CaptureFixture[str], framework: str
+) -> None:
+    code, out = run(capsys, "demo", "--framework", framework)
+    assert code == 0
+    assert f"examples/{framework}_app.py, in process" in out
+    assert "note:" not in out
+    assert_example_demo(out)
+
+
+def test_demo_drives_an_example_app_on_redis(
+    capsys: pytest.CaptureFixture[str], redis_url: str
+) -> None:
+    code, out = run(capsys, "demo", "--framework", "flask", "--redis", redis_url)
+    assert code == 0
+    assert f"store: {redis_url}" in out
+    assert_example_demo(out)
 
 
 # ---------------------------------------------------------------------- help
