@@ -113,6 +113,12 @@ BAD_HEADERS: list[tuple[str, Any, str | None, str]] = [
         "invalid_token",
         "",
     ),
+    (
+        "deeply nested header",
+        lambda: bearer(f"{_b64(b'[' * 2900 + b']' * 2900)}.e30.c2ln"),
+        "invalid_token",
+        "malformed",
+    ),
     ("too long", lambda: bearer("a" * MAX_TOKEN_LENGTH + ".b.c"), "invalid_token", "malformed"),
     ("expired", lambda: bearer(hs256(ttl=-60)), "invalid_token", "expired"),
     ("not yet valid", lambda: bearer(hs256(nbf=int(time.time()) + 600)), "invalid_token", "yet"),
