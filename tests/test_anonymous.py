@@ -27,19 +27,26 @@ ENDPOINT = "auth.login"
 COOKIE = "sentinel_device"
 
 
-def config(redis_url: str = "memory://", *, burst: int = 2, **anonymous: Any) -> dict[str, Any]:
+ALGORITHMS = ["token_bucket", "sliding_window"]
+
+
+def config(
+    redis_url: str = "memory://",
+    *,
+    burst: int = 2,
+    algorithm: str = "token_bucket",
+    **anonymous: Any,
+) -> dict[str, Any]:
+    """An anonymous policy admitting ``burst`` requests an hour, on either algorithm."""
+    policy: dict[str, Any] = {"algorithm": algorithm, "identity": "anonymous"}
+    if algorithm == "token_bucket":
+        policy |= {"rate": "1/hour", "burst": burst}
+    else:
+        policy |= {"rate": f"{burst}/hour"}
     return {
         "redis_url": redis_url,
         "anonymous": {"cookie_secret": COOKIE_SECRET, **anonymous},
-        "policies": {
-            ENDPOINT: {
-                "algorithm": "token_bucket",
-                "rate": "1/hour",
-                "burst": burst,
-                "identity": "anonymous",
-                "fail_mode": "closed",
-            }
-        },
+        "policies": {ENDPOINT: {**policy, "fail_mode": "closed"}},
     }
 
 
@@ -177,9 +184,9 @@ def client(redis_url: str, redis_server: RedisServer) -> Iterator[redis.Redis]:
     connection.close()
 
 
-@pytest.fixture
-def sentinel(redis_url: str) -> Iterator[Sentinel]:
-    instance = make_sentinel(config(redis_url))
+@pytest.fixture(params=ALGORITHMS)
+def sentinel(redis_url: str, request: pytest.FixtureRequest) -> Iterator[Sentinel]:
+    instance = make_sentinel(config(redis_url, algorithm=request.param))
     instance.startup()  # loads the scripts: every later decision is one EVALSHA
     yield instance
     instance.close()
