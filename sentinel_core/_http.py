@@ -114,7 +114,8 @@ class HttpLayer:
 
         Raises:
             UnknownEndpointError: no policy declares it.
-            ConfigError: a tenant policy without the ``jwt`` section.
+            ConfigError: a tenant policy without the ``jwt`` section and without a
+                plugin implementing `sentinel_identify` to supply identities instead.
         """
         policy = self._config.policies.get(endpoint_id)
         if policy is None:
