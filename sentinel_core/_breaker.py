@@ -80,6 +80,8 @@ class CircuitBreaker:
         self._lock = threading.Lock()
         self._state = BreakerState.CLOSED
         self._generation = 0
+        self._permit = Permit(0, probe=False)
+        """The permit of every CLOSED call of this generation (immutable, so shared)."""
         self._failures = 0
         self._probes_in_flight = 0
         self._opened_at = 0.0
@@ -94,7 +96,7 @@ class CircuitBreaker:
             changed = self._elapse_quarantine()
             permit = None
             if self._state is BreakerState.CLOSED:
-                permit = Permit(self._generation, probe=False)
+                permit = self._permit
             elif (
                 self._state is BreakerState.HALF_OPEN and self._probes_in_flight < self._max_probes
             ):
@@ -155,6 +157,7 @@ class CircuitBreaker:
         previous = self._state
         self._state = _TRANSITIONS[(previous, event)]
         self._generation += 1
+        self._permit = Permit(self._generation, probe=False)
         self._failures = 0
         self._probes_in_flight = 0
         if self._state is BreakerState.OPEN:

@@ -52,6 +52,7 @@ class DecisionEngine:
         self.breaker = breaker
         self.emergency = emergency
         self.hooks = hooks
+        self._args: dict[str, tuple[Policy, tuple[int, ...]]] = {}
 
     def policy(self, endpoint_id: str) -> Policy:
         try:
@@ -62,22 +63,30 @@ class DecisionEngine:
     def begin(self, endpoint_id: str, identity: Identity, request: Any = None) -> Attempt:
         started = time.perf_counter_ns()
         policy = self.hooks.resolve_policy(endpoint_id, identity, self.policy(endpoint_id))
-        call = ScriptCall(policy.algorithm, identity.bucket_keys(policy), script_args(policy))
-        return Attempt(self, policy, identity, call, self.breaker.acquire(), request, started)
+        return Attempt(self, policy, identity, self.breaker.acquire(), request, started)
+
+    def script_call(self, policy: Policy, identity: Identity) -> ScriptCall:
+        """The script execution that decides ``identity`` under ``policy``."""
+        # Hashing a Policy (for script_args' cache) costs more than building the keys;
+        # the configured policy object is nearly always the one resolved, so remember
+        # its arguments by identity.
+        cached = self._args.get(policy.endpoint_id)
+        if cached is None or cached[0] is not policy:
+            cached = self._args[policy.endpoint_id] = (policy, script_args(policy))
+        return ScriptCall(policy.algorithm, identity.bucket_keys(policy), cached[1])
 
 
 class Attempt:
     """One decision in flight. Use it as a context manager around the Redis call, so a
     call that ends in a bug (not a `RedisError`) hands its breaker permit back."""
 
-    __slots__ = ("_engine", "_started", "call", "identity", "permit", "policy", "request")
+    __slots__ = ("_engine", "_started", "identity", "permit", "policy", "request")
 
     def __init__(
         self,
         engine: DecisionEngine,
         policy: Policy,
         identity: Identity,
-        call: ScriptCall,
         permit: Permit | None,
         request: Any,
         started: int,
@@ -86,9 +95,13 @@ class Attempt:
         self._started = started
         self.policy = policy
         self.identity = identity
-        self.call = call
         self.permit = permit
         self.request = request
+
+    @property
+    def call(self) -> ScriptCall:
+        """The Redis call to make. Built on demand: a short circuit never needs it."""
+        return self._engine.script_call(self.policy, self.identity)
 
     def __enter__(self) -> Attempt:
         return self
