@@ -195,6 +195,8 @@ EXAMPLE_PATHS = {"resumint.tailor": "/v1/tailor", "pdftalk.ingest": "/v1/ingest"
 """Where every example app (``examples/<framework>_app.py``) serves the demo's endpoints."""
 _UNITS = {1: "second", 60: "minute", 3600: "hour", 86400: "day"}
 _REMAINING = re.compile(r";r=(\d+)")
+SOURCE_CHECKOUT = Path(__file__).resolve().parents[1]
+"""Where an editable install or a source checkout keeps ``examples/``."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -433,7 +435,7 @@ def _example_module(framework: str | None, store_url: str, secret: str) -> Modul
 def _example_path(framework: str) -> Path | None:
     """The example app in the current directory's ``examples/``, or in that of the source
     checkout this package runs from (the wheel ships no examples)."""
-    for root in (Path.cwd(), Path(__file__).resolve().parents[1]):
+    for root in (Path.cwd(), SOURCE_CHECKOUT):
         path = root / "examples" / f"{framework}_app.py"
         if path.is_file():
             return path
@@ -593,8 +595,8 @@ def _summary(counts: Counter[DecisionKey], logs: _DenialLogs) -> None:
         labels = f'endpoint_id="{endpoint_id}",decision_reason="{reason}",allowed="{allowed}"'
         _say(f"  {{{labels}}} {value}")
     _say(f"logs: {len(logs.records)} WARNING records on logger 'sentinel' (one per denial)")
-    if logs.records:
-        _say(f"  e.g. {logs.records[-1].getMessage()}")
+    for record in logs.records[-1:]:
+        _say(f"  e.g. {record.getMessage()}")
 
 
 def _say(line: str) -> None:

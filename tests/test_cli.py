@@ -3,7 +3,11 @@ redis-server processes, plus one real subprocess for ``python -m sentinel_core``
 
 from __future__ import annotations
 
+import io
 import logging
+import os
+import runpy
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -11,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from sentinel_core import _cli as cli
 from sentinel_core._cli import main, redact_url
 from tests.support.redis_server import RedisServer, free_port
 
@@ -194,6 +199,50 @@ def test_check_on_the_memory_store_passes(
     assert status_lines(out)["store"] == "PASS"
 
 
+def install_plugin_distribution(
+    monkeypatch: pytest.MonkeyPatch, root: Path, entry_points: str, modules: dict[str, str]
+) -> None:
+    """A real (unpacked) distribution on sys.path advertising ``sentinel`` entry points."""
+    info = root / "demo_plugins-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-plugins\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[sentinel]\n{entry_points}\n")
+    for name, source in modules.items():
+        (root / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(root))
+
+
+def test_check_lists_the_entry_point_plugins_it_loaded(
+    capsys: pytest.CaptureFixture[str],
+    write_config: WriteConfig,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    plugin = (
+        "from sentinel_core import hookimpl\n\n"
+        "@hookimpl\ndef sentinel_decision(decision):\n    pass\n"
+    )
+    install_plugin_distribution(
+        monkeypatch, tmp_path / "site", "audit = cli_audit_plugin", {"cli_audit_plugin": plugin}
+    )
+    code, out = run(capsys, "check", write_config("memory://"), "--timeout-ms", "500")
+    assert code == 0
+    assert "1 from entry points: audit" in out
+
+
+def test_check_reports_a_plugin_that_fails_to_load(
+    capsys: pytest.CaptureFixture[str],
+    write_config: WriteConfig,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    install_plugin_distribution(monkeypatch, tmp_path / "site", "broken = no_such_module_xyz", {})
+    code, out = run(capsys, "check", write_config("memory://"))
+    assert code == 1
+    assert status_lines(out)["plugins"] == "FAIL"
+    assert "no_such_module_xyz" in out
+
+
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
@@ -333,6 +382,18 @@ def test_demo_drives_the_framework_example_app(
     assert_example_demo(out)
 
 
+def test_demo_leaves_the_example_environment_as_it_found_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SENTINEL_REDIS_URL", "redis://127.0.0.1:1/0")
+    monkeypatch.delenv("SENTINEL_JWT_KEY", raising=False)
+    code, out = run(capsys, "demo", "--framework", "flask")
+    assert code == 0
+    assert "store: memory://" in out  # the demo's store, not the environment's
+    assert os.environ["SENTINEL_REDIS_URL"] == "redis://127.0.0.1:1/0"
+    assert "SENTINEL_JWT_KEY" not in os.environ
+
+
 def test_demo_drives_an_example_app_on_redis(
     capsys: pytest.CaptureFixture[str], redis_url: str
 ) -> None:
@@ -340,6 +401,69 @@ def test_demo_drives_an_example_app_on_redis(
     assert code == 0
     assert f"store: {redis_url}" in out
     assert_example_demo(out)
+
+
+def test_demo_says_clearly_when_its_redis_is_unreachable(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = dead_url()
+    code, out = run(capsys, "demo", "--redis", url)
+    assert code == 1
+    assert f"cannot reach {url}" in out
+    assert demo_rows(out) == []
+
+
+def test_demo_without_the_example_app_runs_the_core_demo(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "SOURCE_CHECKOUT", tmp_path)  # as from an installed wheel
+    code, out = run(capsys, "demo", "--framework", "flask")
+    assert code == 0
+    assert "needs examples/flask_app.py" in out
+    assert by_endpoint(demo_rows(out), "billing.charge")  # the core demo's endpoints
+
+
+def test_demo_prefers_the_example_app_of_the_current_directory(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "examples").mkdir()
+    shutil.copy(cli.SOURCE_CHECKOUT / "examples" / "flask_app.py", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    code, out = run(capsys, "demo", "--framework", "flask")
+    assert code == 0
+    assert f"app: {tmp_path / 'examples' / 'flask_app.py'}, in process" in out
+
+
+def test_demo_without_the_adapter_installed_says_how_to_install_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "sentinel_fastapi", None)  # as if not installed
+    code, out = run(capsys, "demo", "--framework", "fastapi")
+    assert code == 0
+    assert "pip install 'sentinel-ratelimit[fastapi]'" in out
+
+
+class ClosedPipe(io.StringIO):
+    """A stdout whose reader has gone (``sentinel demo | head -1``)."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def fileno(self) -> int:
+        return self._fd
+
+
+def test_demo_stops_quietly_when_its_reader_goes_away(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with open(tmp_path / "stdout", "w") as target:
+        monkeypatch.setattr(sys, "stdout", ClosedPipe(target.fileno()))
+        assert main(["demo"]) == 1  # no traceback: the exit code says it did not finish
 
 
 # ---------------------------------------------------------------------- help
@@ -367,6 +491,16 @@ def test_a_missing_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
         main([])
     assert exit_info.value.code == 2
     assert "usage: sentinel" in capsys.readouterr().err
+
+
+def test_the_package_runs_as_a_module(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["sentinel", "--help"])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_module("sentinel_core", run_name="__main__")
+    assert exit_info.value.code == 0
+    assert "usage: sentinel" in capsys.readouterr().out
 
 
 def test_python_dash_m_sentinel_core_runs_the_cli() -> None:
