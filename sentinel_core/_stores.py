@@ -36,12 +36,23 @@ class AsyncStore(Protocol):
     async def aclose(self) -> None: ...
 
 
+try:  # redis-py >= 7.1 names "no CLIENT SETINFO" driver_info=None; lib_name is deprecated
+    import redis.driver_info
+
+    _NO_CLIENT_SETINFO: dict[str, Any] = {"driver_info": None}
+except ImportError:  # pragma: no cover - older redis-py
+    _NO_CLIENT_SETINFO = {"lib_name": None, "lib_version": None}
+
+
 def connection_options(socket_timeout_ms: int) -> dict[str, Any]:
     """redis-py options that keep every call within one ``socket_timeout_ms`` budget.
 
     redis-py retries timeouts and connection errors by default (3 retries with backoff
     since 6.0), which would multiply the budget: Sentinel retries nothing, the breaker
     decides. No CLIENT SETINFO on connect either: one round trip less per connection.
+    RESP2, whatever redis-py's default: no HELLO round trip per connection, and under
+    redis-py 8's RESP3 default the asyncio pool skips its stale-connection check, so
+    after a Redis restart every pooled connection failed once and re-opened the breaker.
     """
     seconds = socket_timeout_ms / 1000
     return {
@@ -49,8 +60,8 @@ def connection_options(socket_timeout_ms: int) -> dict[str, Any]:
         "socket_connect_timeout": seconds,
         "retry_on_error": [],
         "health_check_interval": 0,
-        "lib_name": None,
-        "lib_version": None,
+        "protocol": 2,
+        **_NO_CLIENT_SETINFO,
     }
 
 
