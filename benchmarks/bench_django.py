@@ -13,6 +13,8 @@ Variants (all on one private redis-server, started here):
 * ``sentinel-tb`` / ``sentinel-sw``: ``@rate_limited`` with a tenant (JWT-verified) token
   bucket / sliding window on the blocking store; RateLimit headers, metrics and denial
   logs on (they are built in).
+* ``sentinel-anon``: ``@rate_limited`` with an anonymous token bucket (the signed device
+  cookie AND the client IP, two buckets decided by one script): no JWT to verify.
 * ``ratelimit-ip``: django-ratelimit's documented setup (``@ratelimit(key="ip")``,
   ``block=True``) on a django-redis cache: a fixed window, no failure semantics, no
   headers; its cheapest configuration.
@@ -62,10 +64,18 @@ from benchmarks._common import (
 )
 
 JWT_KEY = "benchmark-jwt-key-0123456789abcdef-0123456789"
+COOKIE_SECRET = "benchmark-cookie-secret-0123456789abcdef-01"
 NEVER_DENY = 1_000_000  # per second: far above what one process can send
 TOKEN = jwt.encode({"sub": "tenant-42", "exp": int(time.time()) + 3600}, JWT_KEY, "HS256")
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
-SYNC_VARIANTS = ("django", "sentinel-tb", "sentinel-sw", "ratelimit-ip", "ratelimit-jwt")
+SYNC_VARIANTS = (
+    "django",
+    "sentinel-tb",
+    "sentinel-sw",
+    "sentinel-anon",
+    "ratelimit-ip",
+    "ratelimit-jwt",
+)
 ASYNC_VARIANTS = ("django-async", "sentinel-async-tb")
 
 urlpatterns: list[Any] = []  # filled by `configure`: this module is the ROOT_URLCONF
@@ -93,13 +103,22 @@ def configure(redis_url: str) -> None:
             # Generous on a loaded 2-core machine: a timeout would turn into 503 noise.
             "socket_timeout_ms": 250,
             "jwt": {"algorithms": ["HS256"], "key": JWT_KEY},
+            "anonymous": {"cookie_secret": COOKIE_SECRET, "secure": False},
             "policies": {
-                f"bench.{algorithm}": {
-                    "algorithm": algorithm,
+                **{
+                    f"bench.{algorithm}": {
+                        "algorithm": algorithm,
+                        "rate": f"{NEVER_DENY}/second",
+                        "fail_mode": "closed",
+                    }
+                    for algorithm in ("token_bucket", "sliding_window")
+                },
+                "bench.anonymous": {
+                    "algorithm": "token_bucket",
                     "rate": f"{NEVER_DENY}/second",
+                    "identity": "anonymous",
                     "fail_mode": "closed",
-                }
-                for algorithm in ("token_bucket", "sliding_window")
+                },
             },
         },
     )
@@ -132,6 +151,7 @@ def _urlpatterns() -> list[Any]:
         "django": work,
         "sentinel-tb": rate_limited("bench.token_bucket")(work),
         "sentinel-sw": rate_limited("bench.sliding_window")(work),
+        "sentinel-anon": rate_limited("bench.anonymous")(work),
         "ratelimit-ip": ratelimit(key="ip", rate=limit, block=True)(work),
         "ratelimit-jwt": ratelimit(key=tenant_from_jwt, rate=limit, block=True)(work),
         "django-async": awork,
