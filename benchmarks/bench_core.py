@@ -5,7 +5,8 @@ One run, one private redis-server started here, every contender interleaved in r
 - the floor: a bare ``EVALSHA`` of ``return 1`` (redis-py, sync and asyncio);
 - ``Sentinel.evaluate`` / ``await Sentinel.aevaluate`` on a token bucket and a sliding
   window policy, as a user gets them (tenant id hashed per call, built-in metrics and
-  denial-log plugins registered);
+  denial-log plugins registered), and the sync token bucket once more without those
+  plugins, to show what they cost;
 - ``limits`` (FixedWindow, MovingWindow, SlidingWindowCounter rate limiters on
   ``RedisStorage``, and their ``limits.aio`` twins on redis-py's asyncio client).
 
@@ -160,6 +161,9 @@ async def measure(url: str, rounds: int, per_round: int) -> Measured:
     sentinel = Sentinel(sentinel_config(url), registry=CollectorRegistry(), entry_points=False)
     sentinel.check()
     await sentinel.acheck()
+    bare_sentinel = Sentinel(sentinel_config(url), registry=CollectorRegistry(), entry_points=False)
+    for name in ("sentinel.metrics", "sentinel.logging"):
+        bare_sentinel.hooks.manager.unregister(name=name)
     client = redis.Redis.from_url(url)
     aclient = redis.asyncio.Redis.from_url(url)
     floor_sha = client.script_load("return 1")
@@ -170,6 +174,10 @@ async def measure(url: str, rounds: int, per_round: int) -> Measured:
     contenders.calls["sync · bare EVALSHA (floor)"] = lambda: client.evalsha(floor_sha, 0)
     contenders.sentinel("sync · Sentinel token bucket", sentinel, TB, is_async=False)
     contenders.sentinel("sync · Sentinel sliding window", sentinel, SW, is_async=False)
+    # The same decision without the built-in metrics and denial-log plugins: what they cost.
+    contenders.sentinel(
+        "sync · Sentinel token bucket, no built-in plugins", bare_sentinel, TB, is_async=False
+    )
     for label, (sync_strategy, _) in LIMITS_STRATEGIES.items():
         contenders.limits(f"sync · limits {label}", sync_strategy(sync_storage), is_async=False)
 
@@ -192,6 +200,7 @@ async def measure(url: str, rounds: int, per_round: int) -> Measured:
         }
     finally:
         sentinel.close()
+        bare_sentinel.close()
         await sentinel.aclose()
         client.close()
         await aclient.aclose()
@@ -209,7 +218,15 @@ def memory_usage(url: str) -> list[tuple[str, int, str]]:
             for _ in range(LIMIT):
                 assert sentinel.evaluate(endpoint, probe).allowed
             (key,) = TenantIdentity(probe).bucket_keys(sentinel.config.policies[endpoint])
-            rows.append((label, _usage(client, key), f"1 string, key {len(key)} B"))
+            value = client.get(key) or b""
+            rows.append(
+                (label, _usage(client, key), f"1 string: key {len(key)} B, value {len(value)} B")
+            )
+            # For scale: the same value and TTL under a 1-byte name, i.e. what the SPEC's
+            # key shape (a 64-hex-digit SHA-256 inside it) adds.
+            client.set("k", value, px=60_000)
+            rows.append((f"{label}, same value under a 1-byte key", _usage(client, "k"), ""))
+            client.delete("k")
         storage = limits_storage.RedisStorage(url)
         item = parse(RATE)
         for label, (strategy, _) in LIMITS_STRATEGIES.items():
@@ -307,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="3 short rounds: a smoke run")
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--per-round", type=int, default=1_000)
+    parser.add_argument("--per-round", type=int, default=1_500)
     args = parser.parse_args(argv)
     rounds, per_round = (3, 200) if args.quick else (args.rounds, args.per_round)
     with private_redis() as server:
