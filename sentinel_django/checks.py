@@ -37,7 +37,7 @@ from sentinel_core import ConfigError, StartupError, UnknownEndpointError, load_
 from sentinel_core._stores import MEMORY_URL
 
 from . import conf
-from .decorators import endpoints_of
+from .decorators import view_endpoints
 
 TAG = "sentinel"
 MIDDLEWARE_PATH = "sentinel_django.middleware.SentinelMiddleware"
@@ -163,25 +163,11 @@ def _unknown_route_ids(raw: Mapping[str, Any]) -> Iterator[tuple[str, Error]]:
 def _decorated_endpoints(
     patterns: Sequence[URLPattern | URLResolver], prefix: str
 ) -> Iterator[tuple[str, str]]:
-    """(route, endpoint id) for every endpoint id recorded on a routed view: on the
-    callback, its view class (Django ``view_class``, DRF ``cls``), the class's handler
-    methods and a DRF viewset's actions."""
+    """(route, endpoint id) for every endpoint id recorded on a routed view."""
     for pattern in patterns:
         route = prefix + str(pattern.pattern)
         if isinstance(pattern, URLResolver):
             yield from _decorated_endpoints(pattern.url_patterns, route)
             continue
-        for endpoint_id in _callback_endpoints(pattern.callback):
+        for endpoint_id in view_endpoints(pattern.callback):
             yield route, endpoint_id
-
-
-def _callback_endpoints(callback: Any) -> Iterator[str]:
-    yield from endpoints_of(callback)
-    cls = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
-    if not isinstance(cls, type):
-        return
-    yield from endpoints_of(cls)
-    actions = getattr(callback, "actions", None) or {}
-    names = {"dispatch", *getattr(cls, "http_method_names", ()), *actions.values()}
-    for name in sorted(names):
-        yield from endpoints_of(getattr(cls, name, None))

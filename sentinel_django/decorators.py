@@ -54,6 +54,21 @@ def endpoints_of(view: object) -> tuple[str, ...]:
     return tuple(ids) if isinstance(ids, tuple) else ()
 
 
+def view_endpoints(callback: Callable[..., Any]) -> tuple[str, ...]:
+    """Every endpoint id guarding a routed view: on the callback, and for a class-based
+    view on its class (Django ``view_class``, DRF ``cls``), its handler methods and a DRF
+    viewset's actions."""
+    ids = list(endpoints_of(callback))
+    cls = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
+    if isinstance(cls, type):
+        ids += endpoints_of(cls)
+        actions = getattr(callback, "actions", None) or {}
+        names = {"dispatch", *getattr(cls, "http_method_names", ()), *actions.values()}
+        for name in sorted(names):
+            ids += endpoints_of(getattr(cls, name, None))
+    return tuple(dict.fromkeys(ids))
+
+
 def _record(wrapper: Any, view: object, endpoint_id: str) -> None:
     setattr(wrapper, ENDPOINTS_ATTR, (*endpoints_of(view), endpoint_id))
 

@@ -23,7 +23,7 @@ from sentinel_core import Outcome
 
 from . import conf
 from ._translate import allow, denial, request_view
-from .decorators import endpoints_of
+from .decorators import view_endpoints
 
 _OUTCOME_ATTR = "_sentinel_middleware_outcome"
 
@@ -106,7 +106,7 @@ def _endpoint_for(request: HttpRequest, view_func: Callable[..., Any]) -> str | 
     endpoint_id = routes.get(f"{method} {template}")
     if endpoint_id is None and method == "HEAD":
         endpoint_id = routes.get(f"GET {template}")
-    if endpoint_id is None or endpoint_id in endpoints_of(view_func):
+    if endpoint_id is None or endpoint_id in view_endpoints(view_func):
         return None
     return endpoint_id
 

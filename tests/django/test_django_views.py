@@ -176,13 +176,15 @@ def test_middleware_guards_head_with_the_get_route(configure: Configure) -> None
     assert unauthorized.status_code == 401
 
 
+@pytest.mark.parametrize("path", ["/v1/ingest", "/v1/cbv-class", "/v1/cbv-handler"])
 def test_middleware_defers_to_a_decorator_naming_the_same_endpoint(
-    http: Http, configure: Configure
+    http: Http, configure: Configure, path: str
 ) -> None:
-    """``POST v1/ingest`` is in ``routes`` and its view is decorated: one token a request."""
+    """The route is in ``routes`` and its view (function, class, or handler method) is
+    decorated with the same endpoint: one token a request."""
     configure()
     auth = bearer("acme")
-    responses = [http.post("/v1/ingest", Authorization=auth) for _ in range(4)]
+    responses = [http.post(path, Authorization=auth) for _ in range(4)]
 
     assert [r.status_code for r in responses] == [200, 200, 200, 429]
     assert responses[0]["RateLimit"].count('"pdftalk.ingest"') == 1

@@ -18,8 +18,10 @@ ROUTES = {
     "GET items/<int:pk>": "resumint.tailor",
     "POST async-items/<int:pk>": "pdftalk.ingest",
     "POST v1/ingest": "pdftalk.ingest",
+    "POST v1/cbv-class": "pdftalk.ingest",
+    "POST v1/cbv-handler": "pdftalk.ingest",
 }
-"""The middleware's routes: an undecorated view, and a decorated one (one token only)."""
+"""The middleware's routes: undecorated views, and decorated ones (one token only)."""
 
 SENTINEL = {
     "redis_url": "memory://",
