@@ -17,6 +17,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ._cluster import CLUSTER_SCHEME, SENTINEL_SCHEME, parse_hosts, parse_sentinel_url
+from ._connect import SCHEMES
 from ._errors import ConfigError
 from ._models import MICRO, Algorithm, FailMode, IdentityKind, Policy, Rate
 
@@ -208,8 +210,12 @@ def parse_rate(text: object, path: str) -> Rate:
 def _parse(root: _Section) -> SentinelConfig:
     redis_url = root.text("redis_url", required=True)
     assert redis_url is not None
-    if not redis_url.startswith(("redis://", "rediss://", "unix://", "memory://")):
+    if not redis_url.startswith(SCHEMES):
         raise ConfigError("redis_url", f"unsupported scheme in {redis_url!r}")
+    if redis_url.startswith(CLUSTER_SCHEME):
+        parse_hosts(redis_url, CLUSTER_SCHEME)
+    elif redis_url.startswith(SENTINEL_SCHEME):
+        parse_sentinel_url(redis_url)
     socket_timeout_ms = root.integer("socket_timeout_ms", 20, maximum=60_000)
     require_noeviction = root.boolean("require_noeviction", True)
     jwt_section = root.section("jwt")

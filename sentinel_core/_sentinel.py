@@ -16,6 +16,7 @@ from redis.exceptions import RedisError
 
 from ._breaker import CircuitBreaker
 from ._config import SentinelConfig, load_config
+from ._connect import open_async_store, open_sync_store
 from ._emergency import EmergencyLimiter
 from ._engine import DecisionEngine
 from ._http import HttpLayer, Outcome, Prepared, RequestView
@@ -25,7 +26,7 @@ from ._metrics import MetricsPlugin
 from ._models import Decision, Policy
 from ._plugins import Hooks, make_plugin_manager
 from ._protocol import ServerReport
-from ._stores import MEMORY_URL, AsyncRedisStore, AsyncStore, MemoryStore, RedisStore, SyncStore
+from ._stores import MEMORY_URL, AsyncStore, MemoryStore, SyncStore
 
 logger = logging.getLogger("sentinel")
 
@@ -77,14 +78,14 @@ class Sentinel:
     def store(self) -> SyncStore:
         """The blocking store, connected on first use."""
         if self._sync_store is None:
-            self._sync_store = RedisStore(self.config.redis_url, self.config.socket_timeout_ms)
+            self._sync_store = open_sync_store(self.config.redis_url, self.config.socket_timeout_ms)
         return self._sync_store
 
     @property
     def async_store(self) -> AsyncStore:
         """The asyncio store, connected on first use (inside the running event loop)."""
         if self._async_store is None:
-            self._async_store = AsyncRedisStore(
+            self._async_store = open_async_store(
                 self.config.redis_url, self.config.socket_timeout_ms
             )
         return self._async_store

@@ -1,0 +1,202 @@
+"""Stores for deployments that outgrow one Redis: Redis Cluster and Redis Sentinel.
+
+``redis+cluster://host:port[,host:port...]`` runs on redis-py's ``RedisCluster``
+(sync and asyncio). Every script call's keys share one hash tag, so ``EVALSHA`` is
+routed to the primary owning that slot; ``MOVED``/``ASK`` redirections are redis-py's
+business. ``SCRIPT LOAD`` goes to every primary, so a ``NOSCRIPT`` on any node (a
+promoted replica has an empty script cache) is recovered by the same one-reload rule as
+on a single server. The start-up check runs on every primary.
+
+``redis+sentinel://host:port[,host:port...]/service[/db]`` runs on redis-py's
+``Sentinel``: the primary is discovered through the Sentinels and rediscovered after a
+failover, and otherwise behaves as a single server.
+
+redis-py's cluster client raises ``RedisClusterException`` (not a ``RedisError``) when
+it cannot reach the cluster or a slot is uncovered mid-failover: this module is the one
+boundary that turns it into a ``ConnectionError``, so the decision table classifies it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis.asyncio.cluster
+import redis.asyncio.sentinel
+import redis.cluster
+import redis.sentinel
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
+from redis.retry import Retry
+
+from ._errors import ConfigError
+from ._protocol import Check, ServerReport, adrive, check_server, drive, run_script
+from ._scripts import ScriptCall
+from ._stores import AsyncRedisStore, RedisStore, connection_options
+
+CLUSTER_SCHEME = "redis+cluster://"
+SENTINEL_SCHEME = "redis+sentinel://"
+
+
+class ClusterUnavailableError(RedisConnectionError):
+    """The cluster client could not route a command (unreachable, slot uncovered)."""
+
+
+def parse_hosts(url: str, scheme: str) -> list[tuple[str, int]]:
+    """The ``host:port`` list of a ``redis+cluster://`` or ``redis+sentinel://`` URL."""
+    netloc = url[len(scheme) :].split("/", 1)[0]
+    hosts = []
+    for entry in filter(None, netloc.split(",")):
+        parsed = urlsplit(f"//{entry}")
+        try:
+            port = parsed.port
+        except ValueError:
+            port = None
+        if not parsed.hostname or port is None:
+            raise ConfigError("redis_url", f"expected host:port in {entry!r}")
+        hosts.append((parsed.hostname, port))
+    if not hosts:
+        raise ConfigError("redis_url", f"no host:port in {url!r}")
+    return hosts
+
+
+def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], str, int]:
+    """``redis+sentinel://h:p[,h:p]/service[/db]`` → (sentinels, service name, db)."""
+    hosts = parse_hosts(url, SENTINEL_SCHEME)
+    path = [part for part in url[len(SENTINEL_SCHEME) :].split("/")[1:] if part]
+    if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+        raise ConfigError(
+            "redis_url", "expected redis+sentinel://host:port[,host:port]/service[/db]"
+        )
+    return hosts, path[0], int(path[1]) if len(path) == 2 else 0
+
+
+@contextmanager
+def _classified() -> Iterator[None]:
+    try:
+        yield
+    except RedisClusterException as exc:
+        raise ClusterUnavailableError(str(exc)) from exc
+
+
+def _merge(reports: list[tuple[str, ServerReport]]) -> ServerReport:
+    return ServerReport(
+        tuple(
+            Check(f"{node} {check.name}", check.ok, check.detail)
+            for node, report in reports
+            for check in report.checks
+        )
+    )
+
+
+def _cluster_options(socket_timeout_ms: int) -> dict[str, Any]:
+    options = connection_options(socket_timeout_ms)
+    options.pop("retry_on_error")
+    return options
+
+
+class ClusterStore:
+    """A blocking store on `redis.cluster.RedisCluster`; connects on first use."""
+
+    def __init__(self, url: str, socket_timeout_ms: int) -> None:
+        hosts = parse_hosts(url, CLUSTER_SCHEME)
+        self._nodes = [redis.cluster.ClusterNode(h, p) for h, p in hosts]  # type: ignore[no-untyped-call]
+        self._options = _cluster_options(socket_timeout_ms)
+        self._client: redis.cluster.RedisCluster | None = None
+
+    @property
+    def client(self) -> redis.cluster.RedisCluster:
+        if self._client is None:
+            with _classified():
+                self._client = redis.cluster.RedisCluster(
+                    startup_nodes=self._nodes, retry=Retry(NoBackoff(), 0), **self._options
+                )
+        return self._client
+
+    def run(self, call: ScriptCall) -> Any:
+        with _classified():
+            return drive(run_script(call), self.client.execute_command)
+
+    def check(self, require_noeviction: bool) -> ServerReport:
+        with _classified():
+            client = self.client
+            return _merge(
+                [
+                    (
+                        node.name,
+                        drive(
+                            check_server(require_noeviction),
+                            partial(client.execute_command, target_nodes=node),
+                        ),
+                    )
+                    for node in client.get_primaries()  # type: ignore[no-untyped-call]
+                ]
+            )
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+class AsyncClusterStore:
+    """A non-blocking store on `redis.asyncio.cluster.RedisCluster`."""
+
+    def __init__(self, url: str, socket_timeout_ms: int) -> None:
+        nodes = [
+            redis.asyncio.cluster.ClusterNode(host, port)
+            for host, port in parse_hosts(url, CLUSTER_SCHEME)
+        ]
+        self.client = redis.asyncio.cluster.RedisCluster(
+            startup_nodes=nodes,
+            retry=AsyncRetry(NoBackoff(), 0),
+            **_cluster_options(socket_timeout_ms),
+        )
+
+    async def arun(self, call: ScriptCall) -> Any:
+        with _classified():
+            return await adrive(run_script(call), self.client.execute_command)
+
+    async def acheck(self, require_noeviction: bool) -> ServerReport:
+        with _classified():
+            await self.client.initialize()
+            reports = []
+            for node in self.client.get_primaries():
+                execute = partial(self.client.execute_command, target_nodes=node)
+                reports.append((node.name, await adrive(check_server(require_noeviction), execute)))
+            return _merge(reports)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def _sentinel_setup(
+    url: str, socket_timeout_ms: int
+) -> tuple[list[tuple[str, int]], str, dict[str, Any], dict[str, Any]]:
+    """(sentinels, service, Sentinel client options, primary connection options)."""
+    sentinels, service, db = parse_sentinel_url(url)
+    options = connection_options(socket_timeout_ms)
+    timeouts = {key: options[key] for key in ("socket_timeout", "socket_connect_timeout")}
+    return sentinels, service, {"sentinel_kwargs": timeouts, **timeouts}, {"db": db, **options}
+
+
+class SentinelManagedStore(RedisStore):
+    """A blocking store on the primary that Redis Sentinel currently designates."""
+
+    def __init__(self, url: str, socket_timeout_ms: int) -> None:
+        sentinels, service, sentinel_options, options = _sentinel_setup(url, socket_timeout_ms)
+        sentinel = redis.sentinel.Sentinel(sentinels, **sentinel_options)  # type: ignore[no-untyped-call]
+        self.client = sentinel.master_for(service, retry=Retry(NoBackoff(), 0), **options)  # type: ignore[no-untyped-call]
+
+
+class AsyncSentinelManagedStore(AsyncRedisStore):
+    """A non-blocking store on the primary that Redis Sentinel currently designates."""
+
+    def __init__(self, url: str, socket_timeout_ms: int) -> None:
+        sentinels, service, sentinel_options, options = _sentinel_setup(url, socket_timeout_ms)
+        sentinel = redis.asyncio.sentinel.Sentinel(sentinels, **sentinel_options)  # type: ignore[no-untyped-call]
+        self.client = sentinel.master_for(service, retry=AsyncRetry(NoBackoff(), 0), **options)
