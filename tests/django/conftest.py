@@ -44,6 +44,9 @@ def configure(redis_url: str) -> Iterator[Configure]:
 
         def apply(**overrides: Any) -> dict[str, Any]:
             overrides.setdefault("routes", test_settings.ROUTES)
+            # No test here is about timeouts: a generous budget keeps a loaded machine's
+            # slow reply from turning into a fail-closed 503.
+            overrides.setdefault("socket_timeout_ms", 1000)
             config = spec_config(overrides.pop("redis_url", redis_url), **overrides)
             stack.enter_context(override_settings(SENTINEL=config))
             return config
