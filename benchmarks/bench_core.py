@@ -6,7 +6,8 @@ One run, one private redis-server started here, every contender interleaved in r
 - ``Sentinel.evaluate`` / ``await Sentinel.aevaluate`` on a token bucket and a sliding
   window policy, as a user gets them (tenant id hashed per call, built-in metrics and
   denial-log plugins registered), and the sync token bucket once more without those
-  plugins, to show what they cost;
+  plugins, to show what they cost, and Sentinel's token-bucket script sent with a bare
+  ``EVALSHA`` (its real keys and arguments, none of Sentinel's Python);
 - ``limits`` (FixedWindow, MovingWindow, SlidingWindowCounter rate limiters on
   ``RedisStorage``, and their ``limits.aio`` twins on redis-py's asyncio client).
 
@@ -29,7 +30,7 @@ import inspect
 import itertools
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -53,6 +54,7 @@ from benchmarks._common import (
     machine_note,
     markdown_table,
     private_redis,
+    run_rounds,
 )
 from sentinel_core import Sentinel, TenantIdentity
 
@@ -172,6 +174,17 @@ async def measure(url: str, rounds: int, per_round: int) -> Measured:
 
     contenders = Contenders()
     contenders.calls["sync · bare EVALSHA (floor)"] = lambda: client.evalsha(floor_sha, 0)
+    # Sentinel's token-bucket script with its real keys and arguments, without any of
+    # Sentinel's Python: splits Sentinel's cost into the script's and the library's.
+    script_calls = itertools.cycle(
+        [sentinel.engine.begin(TB, TenantIdentity(f"raw-{i}")).call for i in range(POOL)]
+    )
+
+    def raw_script() -> None:
+        call = next(script_calls)
+        client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+
+    contenders.calls["sync · raw EVALSHA of Sentinel's token-bucket script"] = raw_script
     contenders.sentinel("sync · Sentinel token bucket", sentinel, TB, is_async=False)
     contenders.sentinel("sync · Sentinel sliding window", sentinel, SW, is_async=False)
     # The same decision without the built-in metrics and denial-log plugins: what they cost.
@@ -205,6 +218,41 @@ async def measure(url: str, rounds: int, per_round: int) -> Measured:
         client.close()
         await aclient.aclose()
     return Measured(stats, contenders.denied, server_us)
+
+
+def in_process(url: str, calls: int) -> dict[str, Stats]:
+    """The decision's work in this process, without the Redis round trip.
+
+    The engine's three steps on a recorded script reply: policy, keys and breaker
+    permit (``begin``), the script call's arguments, then reply parsing, breaker
+    bookkeeping, the `Decision` and the observers (``succeeded``). The tenant id is
+    hashed per call as in ``evaluate``.
+    """
+    shipped = Sentinel(sentinel_config(url), registry=CollectorRegistry(), entry_points=False)
+    bare = Sentinel(sentinel_config(url), registry=CollectorRegistry(), entry_points=False)
+    for name in ("sentinel.metrics", "sentinel.logging"):
+        bare.hooks.manager.unregister(name=name)
+    attempt = shipped.engine.begin(TB, TenantIdentity("recorded"))
+    reply = shipped.store.run(attempt.call)
+    attempt.succeeded(reply)
+
+    def work(sentinel: Sentinel) -> Callable[[], object]:
+        tenants = identities("in-process")
+        engine = sentinel.engine
+        return lambda: engine.begin(TB, TenantIdentity(next(tenants))).succeeded(reply)
+
+    try:
+        return run_rounds(
+            {
+                "as shipped": work(shipped),
+                "no built-in plugins": work(bare),
+            },
+            rounds=5,
+            per_round=calls // 5,
+        )
+    finally:
+        shipped.close()
+        bare.close()
 
 
 def memory_usage(url: str) -> list[tuple[str, int, str]]:
@@ -248,7 +296,7 @@ def _usage(client: redis.Redis, key: str | bytes) -> int:
     return int(client.memory_usage(key, samples=0) or 0)
 
 
-def report(measured: Measured, memory: list[tuple[str, int, str]]) -> str:
+def report(measured: Measured, local: dict[str, Stats], memory: list[tuple[str, int, str]]) -> str:
     stats, denied = measured.stats, measured.denied
     floors = {api: stats[f"{api} · bare EVALSHA (floor)"] for api in ("sync", "async")}
 
@@ -313,6 +361,16 @@ def report(measured: Measured, memory: list[tuple[str, int, str]]) -> str:
     )
     lines += [
         "",
+        "In-process work of one sync token-bucket decision, no I/O (engine, keys, reply"
+        " parsing, Decision, observers; the script reply is a recorded one):",
+        "",
+        markdown_table(
+            ["set-up", "calls", "p50 µs", "p99 µs"],
+            [(name, item.count, item.p50_us, item.p99_us) for name, item in local.items()],
+        ),
+    ]
+    lines += [
+        "",
         f"`MEMORY USAGE` after {LIMIT} hits at {RATE} (target ≤ 100 bytes per Sentinel bucket):",
         "",
         markdown_table(["bucket", "bytes", "shape"], memory),
@@ -329,10 +387,11 @@ def main(argv: list[str] | None = None) -> int:
     rounds, per_round = (3, 200) if args.quick else (args.rounds, args.per_round)
     with private_redis() as server:
         measured = asyncio.run(measure(server.url, rounds, per_round))
+        local = in_process(server.url, 20_000)
         memory = memory_usage(server.url)
     print(f"# bench_core: {rounds} rounds x {per_round} calls per contender, interleaved")
     print(f"Machine: {machine_note()}\n")
-    print(report(measured, memory))
+    print(report(measured, local, memory))
     return 0
 
 
