@@ -19,6 +19,9 @@ from __future__ import annotations
 import base64
 import json
 import re
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,10 +91,34 @@ def _parse_key(key: JwtKey) -> _Key:
     return _Key(key.kid, "unsupported", public)
 
 
-class JwtVerifier:
-    """Verifies bearer tokens against one `JwtConfig`."""
+@dataclass(frozen=True, slots=True)
+class _Verified:
+    """What a verified token proved that does not depend on the time of use."""
 
-    def __init__(self, config: JwtConfig) -> None:
+    subject: str
+    expires: int
+    not_before: int | None
+    """The later of ``nbf`` and ``iat``, when present: the token is not valid before."""
+
+
+class JwtVerifier:
+    """Verifies bearer tokens against one `JwtConfig`.
+
+    A token that verified once is remembered (up to ``cache_size`` of them, oldest
+    forgotten first): a client sends the same token with every request until it
+    expires, and the signature, ``aud`` and ``iss`` of a given token string cannot
+    change. Only its time claims can, so they are checked again at every use against
+    ``clock``. Tokens that fail are never remembered, so nobody can fill the cache
+    without tokens the issuer signed.
+    """
+
+    def __init__(
+        self,
+        config: JwtConfig,
+        *,
+        cache_size: int = 4096,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._config = config
         self._algorithms = frozenset(config.algorithms)
         self._keys = tuple(_parse_key(key) for key in config.keys)
@@ -101,6 +128,10 @@ class JwtVerifier:
             "require": ["exp", "sub"],
             "verify_aud": config.audience is not None,
         }
+        self._cache_size = cache_size
+        self._clock = clock
+        self._verified: dict[str, _Verified] = {}
+        self._lock = threading.Lock()
 
     def tenant_from_authorization(self, authorization: str | None) -> str:
         """The validated ``sub`` of the bearer token in an ``Authorization`` header value.
@@ -109,6 +140,18 @@ class JwtVerifier:
             AuthError: for a missing header, another scheme, or any invalid token.
         """
         token = _bearer_token(authorization)
+        verified = self._verified.get(token)
+        if verified is None:
+            verified = self._verify(token)
+            self._remember(token, verified)
+        now, leeway = self._clock(), self._config.leeway_seconds
+        if verified.expires <= now - leeway:
+            raise AuthError("invalid_token", "token expired")
+        if verified.not_before is not None and verified.not_before > now + leeway:
+            raise AuthError("invalid_token", "token not yet valid")
+        return verified.subject
+
+    def _verify(self, token: str) -> _Verified:
         header = _unverified_header(token)
         algorithm = header.get("alg")
         if not isinstance(algorithm, str) or algorithm not in self._algorithms:
@@ -130,8 +173,18 @@ class JwtVerifier:
                 raise AuthError("invalid_token", "token expired") from None
             except jwt.PyJWTError as exc:
                 raise AuthError("invalid_token", _describe(exc)) from None
-            return _subject(claims)
+            # PyJWT has just checked that these claims are integers (or convert to one).
+            starts = [int(claims[name]) for name in ("nbf", "iat") if name in claims]
+            return _Verified(_subject(claims), int(claims["exp"]), max(starts, default=None))
         raise AuthError("invalid_token", "token signature invalid")
+
+    def _remember(self, token: str, verified: _Verified) -> None:
+        if self._cache_size <= 0:
+            return
+        with self._lock:
+            if len(self._verified) >= self._cache_size:
+                del self._verified[next(iter(self._verified))]  # dicts keep insertion order
+            self._verified[token] = verified
 
     def _candidate_keys(self, kid: object, algorithm: str) -> list[_Key]:
         """The keys a token may be checked against (see the module docstring)."""

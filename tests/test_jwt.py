@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 import redis
 from hypothesis import given, settings
@@ -261,6 +262,60 @@ def test_an_unknown_kid_falls_back_to_the_unnamed_keys() -> None:
     header_json = {"alg": "HS256", "kid": ["a"]}
     wrong_kid_type[0] = _b64(json.dumps(header_json).encode())
     assert refusal(verify, bearer(".".join(wrong_kid_type))).error == "invalid_token"
+
+
+@pytest.fixture
+def decode_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Counts PyJWT verifications (the real ``jwt.decode`` still runs)."""
+    calls: list[str] = []
+    real_decode = jwt.decode
+
+    def counting_decode(token: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append(token)
+        return real_decode(token, *args, **kwargs)
+
+    monkeypatch.setattr(jwt, "decode", counting_decode)
+    return calls
+
+
+def cached_verifier(clock: Any = time.time, cache_size: int = 4096) -> JwtVerifier:
+    loaded = load_config(config()).jwt
+    assert loaded is not None
+    return JwtVerifier(loaded, clock=clock, cache_size=cache_size)
+
+
+def test_a_token_is_verified_once_and_its_failures_never_cached(decode_calls: list[str]) -> None:
+    verify = cached_verifier()
+    good, forged = hs256("cached"), mint(claims(), OTHER_HS_SECRET)
+    for _ in range(3):
+        assert verify.tenant_from_authorization(bearer(good)) == "cached"
+        assert refusal(verify, bearer(forged)).error == "invalid_token"
+    assert decode_calls == [good] + [forged] * 3
+
+
+def test_a_remembered_token_still_expires_and_is_still_early(decode_calls: list[str]) -> None:
+    now = [time.time()]
+    verify = cached_verifier(clock=lambda: now[0])
+    token = bearer(hs256("clocked", ttl=60, nbf=int(now[0]) - 5))
+    assert verify.tenant_from_authorization(token) == "clocked"
+    now[0] += 61
+    assert "expired" in refusal(verify, token).description
+    now[0] -= 61 + 10
+    assert "yet" in refusal(verify, token).description
+    now[0] += 10
+    assert verify.tenant_from_authorization(token) == "clocked"
+    assert len(decode_calls) == 1
+
+
+def test_the_cache_is_bounded_and_forgets_the_oldest(decode_calls: list[str]) -> None:
+    verify = cached_verifier(cache_size=2)
+    first, second, third = (bearer(hs256(name)) for name in ("one", "two", "three"))
+    for token in (first, second, third, third, second, first):
+        verify.tenant_from_authorization(token)
+    # "one" was forgotten when "three" arrived; verifying it again evicts "two".
+    assert len(decode_calls) == 4
+    verify.tenant_from_authorization(second)
+    assert len(decode_calls) == 5
 
 
 def test_the_secret_can_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
