@@ -14,6 +14,9 @@ threads (Flask, Django) and for asyncio tasks (FastAPI) alike. Every call gets a
 `Permit` stamped with the breaker's generation; a result reported for an older
 generation (a call that started before the last transition) is ignored, so a burst of
 concurrent failures opens the breaker once, and a stale success cannot close it.
+The listener is called outside the state lock, yet sees the transitions in the order
+they happened: they are queued under the state lock and delivered, one at a time, by
+whichever thread fired one (a gauge set to the last ``current`` stays true).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import enum
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -85,6 +89,8 @@ class CircuitBreaker:
         self._failures = 0
         self._probes_in_flight = 0
         self._opened_at = 0.0
+        self._undelivered: deque[tuple[BreakerState, BreakerState]] = deque()
+        self._delivery_lock = threading.RLock()  # re-entrant: a listener may call back
 
     @property
     def state(self) -> BreakerState:
@@ -162,8 +168,18 @@ class CircuitBreaker:
         self._probes_in_flight = 0
         if self._state is BreakerState.OPEN:
             self._opened_at = self._clock()
+        if self._on_transition is not None:
+            self._undelivered.append((previous, self._state))
         return previous, self._state
 
     def _notify(self, changed: tuple[BreakerState, BreakerState] | None) -> None:
-        if changed is not None and self._on_transition is not None:
-            self._on_transition(*changed)
+        """Deliver the queued transitions in order (called without the state lock)."""
+        if changed is None or self._on_transition is None:
+            return
+        with self._delivery_lock:
+            while True:
+                with self._lock:
+                    if not self._undelivered:
+                        return
+                    transition = self._undelivered.popleft()
+                self._on_transition(*transition)
