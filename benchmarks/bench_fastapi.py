@@ -21,8 +21,11 @@ Variants (all on the same private redis-server, started here):
   default identifier (IP + path) on pyrate-limiter's ``RedisBucket`` (asyncio client).
 * ``fastapi-limiter-jwt``: the same with an identifier verifying the JWT.
 
-And ``evalsha``: one bare ``EVALSHA`` of ``return 1`` on redis-py's asyncio client, the
-floor any Redis-backed limiter pays once per request.
+Two floors: one bare ``EVALSHA`` of ``return 1`` on redis-py's asyncio client, timed
+alone in a loop, and ``fastapi+evalsha``, the unguarded handler awaiting that same
+``EVALSHA``: what one Redis round trip costs inside the ASGI stack (an await that
+suspends and resumes every frame of the request), which any limiter that asks Redis
+once per request pays.
 
 Two measurements, variants interleaved round after round so machine noise spreads over
 all of them: sequential requests (one client), and 8 concurrent clients (8 tasks, each
@@ -78,6 +81,7 @@ TOKEN = jwt.encode({"sub": "tenant-42", "exp": int(time.time()) + 3600}, JWT_KEY
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 CONCURRENCY = 8
 BASELINE = "fastapi"
+IN_STACK_FLOOR = "fastapi+evalsha"
 Send = Callable[[], Awaitable[None]]
 
 
@@ -93,6 +97,19 @@ def unguarded_app() -> FastAPI:
 
     @app.get("/work")
     async def work() -> dict[str, bool]:
+        return {"ok": True}
+
+    return app
+
+
+def evalsha_app(client: redis.asyncio.Redis, sha: str) -> FastAPI:
+    """The unguarded handler plus one bare EVALSHA: a Redis round trip's cost inside the
+    ASGI stack, the floor of any limiter that asks Redis once per request."""
+    app = FastAPI()
+
+    @app.get("/work")
+    async def work() -> dict[str, bool]:
+        await client.evalsha(sha, 0)
         return {"ok": True}
 
     return app
@@ -196,8 +213,10 @@ async def measure(
     async with AsyncExitStack() as stack:
         client = redis.asyncio.Redis.from_url(redis_url)
         stack.push_async_callback(client.aclose)
+        sha = await client.script_load("return 1")
         apps: dict[str, FastAPI] = {
             BASELINE: unguarded_app(),
+            IN_STACK_FLOOR: evalsha_app(client, sha),
             "sentinel-tb": sentinel_app(redis_url, "token_bucket"),
             "sentinel-sw": sentinel_app(redis_url, "sliding_window"),
             "slowapi-ip": slowapi_app(redis_url, get_remote_address),
@@ -214,7 +233,6 @@ async def measure(
                 httpx.AsyncClient(transport=transport, base_url="http://bench")
             )
             senders[name] = sender(http, samples[name])
-        sha = await client.script_load("return 1")
         floor: list[int] = []
 
         async def evalsha() -> None:
@@ -243,6 +261,7 @@ def report(samples: dict[str, Samples], floor_ns: list[int]) -> str:
     base_seq_mean = sum(base.sequential_ns) / len(base.sequential_ns)
     base_rate = base.concurrent_requests / base.concurrent_wall_ns
     floor_p50 = p(floor_ns, 50)
+    in_stack = p(samples[IN_STACK_FLOOR].sequential_ns, 50) - p(base.sequential_ns, 50)
     rows = []
     for name, sample in samples.items():
         seq_mean = sum(sample.sequential_ns) / len(sample.sequential_ns)
@@ -257,6 +276,7 @@ def report(samples: dict[str, Samples], floor_ns: list[int]) -> str:
                 added_p50,
                 p(sample.sequential_ns, 99) - p(base.sequential_ns, 99),
                 added_p50 / floor_p50 if name != BASELINE else "",
+                added_p50 / in_stack if name not in (BASELINE, IN_STACK_FLOOR) else "",
                 round(rate * 1e9),
                 rate / base_rate,
                 p(sample.concurrent_ns, 50) - p(base.concurrent_ns, 50),
@@ -273,6 +293,7 @@ def report(samples: dict[str, Samples], floor_ns: list[int]) -> str:
             "added p50 µs",
             "added p99 µs",
             "added p50 / EVALSHA",
+            "added p50 / in-stack EVALSHA",
             f"x{CONCURRENCY} req/s",
             f"x{CONCURRENCY} ratio",
             f"x{CONCURRENCY} added p50 µs",
