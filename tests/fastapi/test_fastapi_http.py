@@ -7,18 +7,30 @@ running; the app's handlers count their runs, so a denial is shown not to run th
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import pytest
 import redis
 
-from sentinel_core import EmergencyLimiter
+from sentinel_core import Decision, DecisionReason, EmergencyLimiter, hookimpl
 from tests.fastapi.apps import MakeApp, Probe
 from tests.fastapi.conftest import serve
 from tests.support.adapter_config import bearer, spec_config
 
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 REDUCED_CAPACITY = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+
+
+class Decisions:
+    """A plugin that keeps every decision."""
+
+    def __init__(self) -> None:
+        self.seen: list[Decision] = []
+
+    @hookimpl
+    def sentinel_decision(self, decision: Decision, request: Any) -> None:
+        self.seen.append(decision)
 
 
 def auth(tenant: str) -> dict[str, str]:
@@ -88,7 +100,8 @@ async def test_fail_closed_policy_on_a_dead_redis_is_503_and_never_runs_the_hand
 async def test_fail_open_policy_on_a_dead_redis_is_capped_by_the_emergency_limiter(
     make_app: MakeApp, dead_redis_url: str, probe: Probe
 ) -> None:
-    app = make_app(spec_config(dead_redis_url))
+    decisions = Decisions()
+    app = make_app(spec_config(dead_redis_url), plugins=[decisions])
     now = [1_000_000_000]
     app.state.sentinel.engine.emergency = EmergencyLimiter(clock_ns=lambda: now[0])
     async with serve(app) as http:
@@ -103,6 +116,12 @@ async def test_fail_open_policy_on_a_dead_redis_is_capped_by_the_emergency_limit
         assert_problem(response, 429, QUOTA_EXCEEDED, "rate limit exceeded")
         assert int(response.headers["retry-after"]) >= 1
     assert probe.calls == {"tailor": 4}
+    reasons = [decision.reason for decision in decisions.seen]
+    denied = [reason for reason, status in zip(reasons, statuses, strict=True) if status == 429]
+    allowed = {reason for reason, status in zip(reasons, statuses, strict=True) if status == 200}
+    assert denied == [DecisionReason.EMERGENCY_LOCAL_LIMIT] * 5
+    # Connection errors until the breaker opens (failure_threshold 3), then circuit_open.
+    assert allowed == {DecisionReason.REDIS_CONNECTION_ERROR, DecisionReason.CIRCUIT_OPEN}
 
 
 @pytest.mark.security

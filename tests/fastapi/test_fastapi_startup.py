@@ -4,6 +4,7 @@ and unfit Redis servers stop startup with a message, an unreachable Redis does n
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -137,3 +138,27 @@ def test_init_app_refuses_a_second_sentinel_and_a_started_app(redis_url: str) ->
     routed = spec_config(redis_url, routes={"POST /v1/ingest": "pdftalk.ingest"})
     with pytest.raises(RuntimeError, match="before the app starts"):
         Sentinel(routed, registry=CollectorRegistry()).init_app(started)
+
+
+async def test_sentinel_loads_its_configuration_from_a_toml_path(tmp_path: Path) -> None:
+    path = tmp_path / "sentinel.toml"
+    path.write_text(
+        '[sentinel]\nredis_url = "memory://"\n'
+        '[sentinel.anonymous]\ncookie_secret = "a-cookie-secret-of-at-least-32-bytes!!"\n'
+        "secure = false\n"
+        '[sentinel.policies."auth.login"]\nalgorithm = "token_bucket"\nrate = "1/minute"\n'
+        'identity = "anonymous"\nfail_mode = "closed"\n',
+        encoding="utf-8",
+    )
+    app = FastAPI()
+    Sentinel(path, registry=CollectorRegistry()).init_app(app)
+
+    @app.post("/login")
+    @rate_limited("auth.login")
+    async def login() -> dict[str, str]:
+        return {"login": "ok"}
+
+    async with serve(app) as http:
+        statuses = [(await http.post("/login")).status_code for _ in range(2)]
+
+    assert statuses == [200, 429]
