@@ -93,7 +93,7 @@ def create_app() -> FastAPI:
     @rate_limited("resumint.tailor")
     async def tailor(job: str = "engineer") -> Tailored:
         """Tailor a resume to a job (tenant token bucket, fail-open)."""
-        return Tailored(job=job, resume=f"A resume for an {job}.")
+        return Tailored(job=job, resume=f"A resume tailored to: {job}.")
 
     @app.post("/v1/ingest")
     async def ingest() -> dict[str, str]:

@@ -54,5 +54,5 @@ async def test_example_uses_redis_when_the_url_is_set(
         response = await http.post("/v1/tailor", headers=AUTH, params={"job": "astronaut"})
 
     assert response.status_code == 200
-    assert response.json() == {"job": "astronaut", "resume": "A resume for an astronaut."}
+    assert response.json() == {"job": "astronaut", "resume": "A resume tailored to: astronaut."}
     assert redis_client.dbsize() == 1
