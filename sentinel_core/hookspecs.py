@@ -82,10 +82,11 @@ def sentinel_decision(decision: Decision, request: Any) -> None:
     ``decision`` is the `Decision` (reason, endpoint id, limit, remaining, latency, the
     policy applied); ``request`` is the `RequestView` of the HTTP request, or None for
     decisions made through `Sentinel.evaluate` outside a web request.
-    ``decision.identity_hash`` is the only form of the identity available, by design. Called on the hot path of
-    every decided request, including shadow-mode would-be denials (``decision.shadow``
-    with ``decision.would_allow`` false): do no I/O here (queue it). Auth failures
-    produce no decision and never reach this hook.
+    ``decision.identity_hash`` is the only form of the identity available, by design.
+
+    Called on the hot path of every decided request, including shadow-mode would-be
+    denials (``decision.shadow`` with ``decision.would_allow`` false): do no I/O here
+    (queue it). Auth failures produce no decision and never reach this hook.
     """
 
 
