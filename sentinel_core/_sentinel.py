@@ -7,6 +7,7 @@ decision engine.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterable, Mapping
@@ -138,6 +139,8 @@ class Sentinel:
         )
 
     def _run_deferred_check(self, report: ServerReport) -> None:
+        """The start-up check at the first successful contact, after that decision (so a
+        failure of the check never turns a decided request into a Redis failure)."""
         self._check_deferred = False
         if not report.ok:
             logger.critical("deferred start-up check failed: %s", report)
@@ -150,11 +153,14 @@ class Sentinel:
         with attempt:
             try:
                 reply = self.store.run(attempt.call)
-                if self._check_deferred:
-                    self._run_deferred_check(self.store.check(self.config.require_noeviction))
             except RedisError as exc:
                 return attempt.failed(exc)
-            return attempt.succeeded(reply)
+            decision = attempt.succeeded(reply)
+        if self._check_deferred:
+            # A Redis error leaves it deferred: the next successful contact tries again.
+            with contextlib.suppress(RedisError):
+                self._run_deferred_check(self.store.check(self.config.require_noeviction))
+        return decision
 
     async def aevaluate(
         self, endpoint_id: str, identity: str | Identity, request: Any = None
@@ -166,12 +172,14 @@ class Sentinel:
         with attempt:
             try:
                 reply = await self.async_store.arun(attempt.call)
-                if self._check_deferred:
-                    report = await self.async_store.acheck(self.config.require_noeviction)
-                    self._run_deferred_check(report)
             except RedisError as exc:
                 return attempt.failed(exc)
-            return attempt.succeeded(reply)
+            decision = attempt.succeeded(reply)
+        if self._check_deferred:
+            with contextlib.suppress(RedisError):  # still deferred: tried at the next contact
+                report = await self.async_store.acheck(self.config.require_noeviction)
+                self._run_deferred_check(report)
+        return decision
 
     def validate_endpoint(self, endpoint_id: str) -> Policy:
         """Raise at startup, not on the first request, for an id that cannot be guarded

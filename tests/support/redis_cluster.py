@@ -81,6 +81,10 @@ def _wait(condition: Callable[[], object], what: str, timeout: float = 30.0) -> 
         time.sleep(0.05)
 
 
+_handed_out: set[int] = set()
+"""Ports given to servers of this run: free now, but maybe not yet bound."""
+
+
 def cluster_port() -> int:
     """A free port whose cluster bus port (port + 10000) is free too.
 
@@ -89,12 +93,15 @@ def cluster_port() -> int:
     """
     for _ in range(1000):
         port = random.randint(20000, 22767)
+        if port in _handed_out:
+            continue
         try:
             for candidate in (port, port + 10000):
                 with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                     sock.bind(("127.0.0.1", candidate))
         except OSError:
             continue
+        _handed_out.add(port)
         return port
     raise RuntimeError("no free port pair for a cluster node")
 
