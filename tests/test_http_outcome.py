@@ -201,16 +201,21 @@ def test_fail_closed_on_a_dead_redis_is_503_then_retry_after_once_the_breaker_op
 
 def test_fail_open_on_a_dead_redis_describes_the_emergency_bucket(make: Any) -> None:
     dead = f"redis://127.0.0.1:{free_port()}/0"
-    policy = token_bucket(rate="100/second", fail_mode="open", fallback_rate="2/second")
+    # One request a minute: the emergency bucket holds one token, refilled in 60 s.
+    policy = token_bucket(rate="100/second", fail_mode="open", fallback_rate="1/minute")
     sentinel = make(policy, dead)
-    first, second, third = (call(sentinel) for _ in range(3))
-    assert [o.status for o in (first, second, third)] == [200, 200, 429]
-    assert [p[:3] for p, _ in (parsed(first), parsed(second))] == [(ENDPOINT, "2", "1")] * 2
-    assert [s[1] for _, s in (parsed(first), parsed(second))] == ["1", "0"]
-    assert third.decision is not None
-    assert third.decision.reason == "emergency_local_limit"
-    assert retry_after(third) == 1
-    assert problem(third)["type"] == QUOTA_EXCEEDED
+    first, second = call(sentinel), call(sentinel)
+    assert (first.status, second.status) == (200, 429)
+    policy_fields, state = parsed(first)
+    assert policy_fields[:3] == (ENDPOINT, "1", "60")
+    assert state[1] == "0"
+    assert first.decision is not None
+    assert first.decision.reason == "redis_connection_error"
+    assert second.decision is not None
+    assert second.decision.reason == "emergency_local_limit"
+    assert retry_after(second) in (59, 60)
+    assert parsed(second)[0][:3] == (ENDPOINT, "1", "60")
+    assert problem(second)["type"] == QUOTA_EXCEEDED
 
 
 def test_no_cookie_is_set_on_429_or_503(make: Any) -> None:
