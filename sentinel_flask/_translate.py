@@ -41,6 +41,25 @@ class HeaderMapping(Mapping[str, str]):
         return len(self._headers)
 
 
+class CookieMapping(Mapping[str, str]):
+    """The request's cookies, parsed only when read: tenant policies never read them,
+    and Werkzeug's cookie parsing is a measurable part of a guarded request."""
+
+    __slots__ = ("_request",)
+
+    def __init__(self, request: Request) -> None:
+        self._request = request
+
+    def __getitem__(self, name: str) -> str:
+        return self._request.cookies[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._request.cookies)
+
+    def __len__(self) -> int:
+        return len(self._request.cookies)
+
+
 def request_view(request: Request) -> RequestView:
     """What the core needs of ``request``; ``route`` is the matched rule's template."""
     rule = request.url_rule
@@ -48,7 +67,7 @@ def request_view(request: Request) -> RequestView:
         method=request.method,
         route=rule.rule if rule is not None else None,
         headers=HeaderMapping(request.headers),
-        cookies=request.cookies,
+        cookies=CookieMapping(request),
         peer=request.remote_addr,
         native=request,
     )
