@@ -64,8 +64,10 @@ def store_url(request: pytest.FixtureRequest) -> str:
 
 
 def build(url: str, policies: dict[str, dict[str, Any]], **options: Any) -> Sentinel:
+    # A generous budget: these tests are about Redis's answers, and a loaded CI machine
+    # must not turn one into a redis_timeout (failure paths have their own tests).
     return Sentinel(
-        {"redis_url": url, "policies": policies},
+        {"redis_url": url, "socket_timeout_ms": 2000, "policies": policies},
         registry=CollectorRegistry(),
         entry_points=False,
         **options,

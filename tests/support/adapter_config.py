@@ -20,7 +20,9 @@ def spec_config(redis_url: str, **overrides: Any) -> dict[str, Any]:
     """
     config: dict[str, Any] = {
         "redis_url": redis_url,
-        "socket_timeout_ms": 50,
+        # generous: a loaded CI machine must not turn an answer into a redis_timeout;
+        # dead-port tests are refused at once whatever the budget
+        "socket_timeout_ms": 1000,
         "jwt": {"algorithms": ["HS256"], "key": JWT_KEY},
         "anonymous": {"cookie_secret": COOKIE_SECRET, "secure": False},
         "breaker": {"failure_threshold": 3, "open_seconds": 30},
