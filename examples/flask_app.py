@@ -97,7 +97,7 @@ def ingest() -> dict[str, Any]:
 
 @api.post("/v1/login")
 def login() -> dict[str, Any]:
-    """Log in (guarded by ``routes``: 5 a minute per device and per client IP)."""
+    """Log in (guarded by ``routes``: 5 a minute per device, also charged to its network)."""
     return {"logged_in": True}
 
 

@@ -47,7 +47,7 @@ def test_example_guards_its_three_policies(example_app: Flask) -> None:
     assert [client.post("/v1/ingest", headers=tenant).status_code for _ in range(11)] == (
         [200] * 10 + [429]
     )
-    # /v1/login is guarded by the routes middleware: 5 a minute per device and IP.
+    # /v1/login is guarded by the routes middleware: 5 a minute per device.
     logins = [client.post("/v1/login") for _ in range(6)]
     assert [r.status_code for r in logins] == [200] * 5 + [429]
     assert logins[0].headers["Set-Cookie"].startswith("sentinel_device=")
@@ -127,18 +127,24 @@ def test_example_serves_over_http_with_flask_run(example_env: None) -> None:
     try:
         wait_for_port(port, server)
         responses = []
+        cookie: dict[str, str] = {}
         for _ in range(6):
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            connection.request("POST", "/v1/login")
+            connection.request("POST", "/v1/login", headers=cookie)
             response = connection.getresponse()
-            responses.append((response.status, dict(response.getheaders())))
+            headers = dict(response.getheaders())
+            responses.append((response.status, headers))
             connection.close()
+            if "Set-Cookie" in headers:  # a browser's cookie jar, in one line
+                cookie = {"Cookie": headers["Set-Cookie"].split(";", 1)[0]}
     finally:
         server.terminate()
         server.wait(timeout=10)
 
-    # No cookie jar here: every request is a new device, so the IP bucket (5) decides.
+    # One device sending its cookie back: its bucket (5 a minute) decides.
     assert [status for status, _ in responses] == [200] * 5 + [429]
+    assert responses[0][1]["Set-Cookie"].startswith("sentinel_device=")
+    assert "Set-Cookie" not in responses[1][1]
     assert responses[0][1]["RateLimit"].startswith('"auth.login"')
     denied = responses[-1][1]
     assert denied["Content-Type"] == "application/problem+json"

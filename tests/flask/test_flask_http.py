@@ -11,6 +11,7 @@ from typing import Any
 import jwt
 import pytest
 import redis
+from flask import Flask
 from flask.testing import FlaskClient
 
 from sentinel_core import EmergencyLimiter
@@ -38,6 +39,19 @@ def problem(response: Any) -> dict[str, Any]:
     body: dict[str, Any] = json.loads(response.data)
     assert body["status"] == response.status_code
     return body
+
+
+def network_capacity(app: Flask, endpoint_id: str) -> int:
+    """How many requests all the devices behind one address share on an anonymous policy."""
+    policy = app.extensions["sentinel"].config.policies[endpoint_id]
+    return int(getattr(policy, "network_burst", None) or policy.burst)
+
+
+def fresh_login(app: Flask, peer: str, headers: dict[str, str] | None = None) -> Any:
+    """``POST /auth/login`` from ``peer`` on a new client: a new device, no cookie."""
+    return app.test_client().post(
+        "/auth/login", environ_base={"REMOTE_ADDR": peer}, headers=headers
+    )
 
 
 def assert_retry_after(response: Any, *, at_most: int) -> int:
@@ -260,23 +274,20 @@ def test_x_forwarded_for_cannot_move_an_anonymous_client_to_another_ip_bucket(
     make_app: MakeApp, redis_url: str
 ) -> None:
     app = make_app(spec_config(redis_url))
-    peer = {"REMOTE_ADDR": "203.0.113.7"}
+    capacity = network_capacity(app, "auth.login")
 
-    # A fresh client each time: no device cookie, so only the IP bucket is shared.
+    # A fresh client each time: no device cookie, so only the network bucket is shared.
     statuses = [
-        app.test_client()
-        .post(
-            "/auth/login",
-            environ_base=peer,
-            headers={"X-Forwarded-For": f"198.51.100.{i}", "X-Real-IP": f"198.51.100.{i}"},
-        )
-        .status_code
-        for i in range(3)
+        fresh_login(
+            app,
+            "203.0.113.7",
+            {"X-Forwarded-For": f"198.51.100.{i}", "X-Real-IP": f"198.51.100.{i}"},
+        ).status_code
+        for i in range(capacity + 1)
     ]
-    assert statuses == [200, 200, 429]
+    assert statuses == [200] * capacity + [429]
 
-    other_peer = app.test_client().post("/auth/login", environ_base={"REMOTE_ADDR": "192.0.2.1"})
-    assert other_peer.status_code == 200
+    assert fresh_login(app, "192.0.2.1").status_code == 200
 
 
 def test_anonymous_cookie_is_minted_on_an_allowed_response_only(
@@ -303,8 +314,17 @@ def test_anonymous_cookie_is_minted_on_an_allowed_response_only(
     assert third.status_code == 429
     assert "Set-Cookie" not in third.headers
 
-    # A new device behind the exhausted IP is denied, and gets no identity for free.
-    newcomer = app.test_client().post("/auth/login", environ_base=peer)
+
+def test_a_new_device_denied_by_its_network_gets_no_cookie(
+    make_app: MakeApp, redis_url: str
+) -> None:
+    app = make_app(spec_config(redis_url))
+    for _ in range(network_capacity(app, "auth.login")):
+        assert fresh_login(app, "203.0.113.7").status_code == 200
+
+    newcomer = fresh_login(app, "203.0.113.7")
+
+    # Denied, and no identity for free: a cookie on a denial would be a fresh device.
     assert newcomer.status_code == 429
     assert "Set-Cookie" not in newcomer.headers
     assert problem(newcomer)["type"] == QUOTA_EXCEEDED
