@@ -20,6 +20,12 @@ When things are checked:
   misconfigured app answers 500 with the error logged rather than serving unguarded
   routes. Call ``sentinel.validate(app)`` at the end of your factory to fail at import
   time instead.
+
+The ``routes`` middleware matches ``"METHOD rule"`` with the rule as ``app.url_map``
+spells it (``/items/<int:item_id>``, blueprint prefix included), never the raw path; a
+HEAD request falls back to the GET entry, as Flask serves it with the GET view. Routing
+failures (404, 405) are not guarded. A view that ``@rate_limited`` guards is left to its
+decorator even when ``routes`` names it too: each request is decided once.
 """
 
 from __future__ import annotations
