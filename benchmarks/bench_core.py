@@ -290,13 +290,17 @@ def memory_usage(url: str) -> list[tuple[str, int, str]]:
             for _ in range(LIMIT):
                 assert limiter.hit(item, marker)
             keys = sorted(client.scan_iter(match=f"*{marker}*"))
-            kinds = ", ".join(client.type(key).decode() for key in keys)
+            kinds = ", ".join(_text(client.type(key)) for key in keys)
             total = sum(_usage(client, key) for key in keys)
             rows.append((f"limits {label}", total, f"{len(keys)} key(s): {kinds}"))
     finally:
         sentinel.close()
         client.close()
     return rows
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _usage(client: redis.Redis, key: str | bytes) -> int:

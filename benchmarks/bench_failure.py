@@ -37,6 +37,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +134,7 @@ def short_circuit(rounds: int, per_round: int) -> tuple[dict[str, Stats], Tally]
             assert sentinel.breaker.state is BreakerState.OPEN, sentinel.breaker.state
             sentinels.append(sentinel)
             name = f"fail-{fail_mode} · {setup}"
-            contenders[name] = tally.wrap(name, lambda s=sentinel: s.evaluate(ENDPOINT, "tenant"))
+            contenders[name] = tally.wrap(name, partial(sentinel.evaluate, ENDPOINT, "tenant"))
         contenders[f"fail-{fail_mode} · as shipped, aevaluate"] = tally.awrap(
             f"fail-{fail_mode} · as shipped, aevaluate", sentinel
         )
