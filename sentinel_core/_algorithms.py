@@ -59,22 +59,25 @@ def _reply(allowed: bool, now_us: int, remaining: int, retry_us: int, reset_s: i
     return ScriptReply(allowed, now_us // MICRO, now_us % MICRO, remaining, retry_after, reset_s)
 
 
+TokenBucketParams = tuple[int, int, int, int]
+"""(capacity in micro-tokens, refill count, refill period in seconds, cost in micro-tokens)"""
+SlidingWindowParams = tuple[int, int, int]
+"""(limit per window, window length in microseconds, cost)"""
+
+
 def token_bucket(
-    states: Sequence[str | None],
-    now_us: int,
-    capacity_micro: int,
-    count: int,
-    period_seconds: int,
-    cost_micro: int,
+    states: Sequence[str | None], now_us: int, params: Sequence[TokenBucketParams]
 ) -> tuple[ScriptReply, list[Write] | None]:
-    """The reference of ``lua/token_bucket.lua`` (see its header for the contract)."""
-    fill_us = _ceil_div(capacity_micro * period_seconds, count)
+    """The reference of ``lua/token_bucket.lua`` (see its header for the contract);
+    ``params[i]`` are the parameters of the bucket whose state is ``states[i]``."""
     allowed = True
-    remaining = capacity_micro
     retry_us = 0
     after: list[int] = []
     ahead: list[int] = []  # per bucket: how far its refill time is ahead of TIME
-    for state in states:
+    for state, (capacity_micro, count, period_seconds, cost_micro) in zip(
+        states, params, strict=True
+    ):
+        fill_us = _ceil_div(capacity_micro * period_seconds, count)
         tokens = capacity_micro
         ahead.append(0)
         match = _TOKEN_STATE.fullmatch(state) if state is not None else None
@@ -90,12 +93,11 @@ def token_bucket(
             after.append(tokens)
             wait = ahead[-1] + _ceil_div((cost_micro - tokens) * period_seconds, count)
             retry_us = max(retry_us, wait)
-        remaining = min(remaining, after[-1])
     refill_us = [
-        wait + _ceil_div((capacity_micro - left) * period_seconds, count)
-        for left, wait in zip(after, ahead, strict=True)
+        wait + _ceil_div((capacity - left) * period, count)
+        for left, wait, (capacity, count, period, _) in zip(after, ahead, params, strict=True)
     ]
-    reply = _reply(allowed, now_us, remaining // MICRO, retry_us, _ceil_div(max(refill_us), MICRO))
+    reply = _reply(allowed, now_us, min(after) // MICRO, retry_us, _ceil_div(max(refill_us), MICRO))
     if not allowed:
         return reply, None
     writes = [
@@ -106,19 +108,16 @@ def token_bucket(
 
 
 def sliding_window(
-    states: Sequence[str | None],
-    now_us: int,
-    limit: int,
-    window_us: int,
-    cost: int,
+    states: Sequence[str | None], now_us: int, params: Sequence[SlidingWindowParams]
 ) -> tuple[ScriptReply, list[Write] | None]:
-    """The reference of ``lua/sliding_window.lua`` (see its header for the contract)."""
+    """The reference of ``lua/sliding_window.lua`` (see its header for the contract);
+    ``params[i]`` are the parameters of the bucket whose state is ``states[i]``."""
     allowed = True
-    remaining = limit
+    remaining: list[int] = []
     retry_us = 0
     reset_us = 0
-    buckets: list[tuple[int, int, int]] = []
-    for state in states:
+    buckets: list[tuple[int, int, int, int]] = []
+    for state, (limit, window_us, cost) in zip(states, params, strict=True):
         start = now_us // window_us * window_us
         current = previous = 0
         match = _WINDOW_STATE.fullmatch(state) if state is not None else None
@@ -143,15 +142,15 @@ def sliding_window(
             else:
                 wait = 2 * window_us - elapsed - (limit - cost) * window_us // current
             retry_us = max(retry_us, ahead + wait)
-        buckets.append((current, previous, start))
+        buckets.append((current, previous, start, window_us))
         left = max(0, limit * window_us - weighted_previous - current * window_us) // window_us
-        remaining = min(remaining, left)
+        remaining.append(left)
         reset_us = max(reset_us, ahead + window_us - elapsed)
-    reply = _reply(allowed, now_us, remaining, retry_us, max(1, _ceil_div(reset_us, MICRO)))
+    reply = _reply(allowed, now_us, min(remaining), retry_us, max(1, _ceil_div(reset_us, MICRO)))
     if not allowed:
         return reply, None
     writes = [
-        Write(i, f"{c}:{p}:{s}", max(1, _ceil_div(s + 2 * window_us - now_us, 1000)))
-        for i, (c, p, s) in enumerate(buckets)
+        Write(i, f"{c}:{p}:{s}", max(1, _ceil_div(s + 2 * w - now_us, 1000)))
+        for i, (c, p, s, w) in enumerate(buckets)
     ]
     return reply, writes

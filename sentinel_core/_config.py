@@ -32,6 +32,9 @@ LUA_EXACT_LIMIT = 2**53
 
 MIN_SECRET_BYTES = 32
 
+NETWORK_SHARE = 10
+"""Default network bucket of an anonymous policy: this many devices' limits."""
+
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 # ASCII digits only (``\d`` would accept any Unicode digit), and no trailing newline.
 _RATE_RE = re.compile(r"[ \t]*([0-9]+)[ \t]*/[ \t]*(second|minute|hour|day)[ \t]*")
@@ -487,6 +490,7 @@ def _parse_policy(section: _Section, endpoint_id: str, anonymous: AnonymousConfi
         raise ConfigError(
             section.path("cost"), f"cost {cost} exceeds the limit {burst}: never admitted"
         )
+    network_rate, network_burst = _parse_network(section, algorithm, identity, rate, burst, cost)
     policy = Policy(
         endpoint_id=endpoint_id,
         algorithm=algorithm,
@@ -498,25 +502,75 @@ def _parse_policy(section: _Section, endpoint_id: str, anonymous: AnonymousConfi
         version=section.integer("version", 1, maximum=LUA_EXACT_LIMIT - 1),
         shadow=section.boolean("shadow", False),
         cost=cost,
+        network_rate=network_rate,
+        network_burst=network_burst,
     )
     section.finish()
-    _check_exact(policy, section)
+    _check_exact(algorithm, rate, burst, cost, section, "rate", "burst")
+    if network_rate is not None and network_burst is not None:
+        _check_exact(
+            algorithm, network_rate, network_burst, cost, section, "network_rate", "network_burst"
+        )
     return policy
 
 
-def _check_exact(policy: Policy, section: _Section) -> None:
-    """Refuse policies whose Lua arithmetic could exceed 2**53 (see the scripts' headers)."""
-    period = policy.rate.period_seconds
-    if policy.algorithm is Algorithm.TOKEN_BUCKET:
+def _parse_network(
+    section: _Section,
+    algorithm: Algorithm,
+    identity: IdentityKind,
+    rate: Rate,
+    burst: int,
+    cost: int,
+) -> tuple[Rate | None, int | None]:
+    """The network bucket of an anonymous policy: the limit every device behind one IPv4
+    address or IPv6 /64 shares (a NAT, an office). Default: NETWORK_SHARE devices' worth."""
+    if identity is not IdentityKind.ANONYMOUS:
+        for key in ("network_rate", "network_burst"):
+            if section.has(key):
+                raise ConfigError(section.path(key), "applies to anonymous policies only")
+        return None, None
+    if section.has("network_rate"):
+        network_rate = parse_rate(section.raw("network_rate"), section.path("network_rate"))
+        default_burst = network_rate.count
+    else:
+        network_rate = Rate(rate.count * NETWORK_SHARE, rate.period_seconds)
+        default_burst = burst * NETWORK_SHARE
+    if algorithm is Algorithm.TOKEN_BUCKET:
+        network_burst = section.integer("network_burst", default_burst)
+    elif section.has("network_burst"):
+        raise ConfigError(section.path("network_burst"), "applies to token_bucket policies only")
+    else:
+        network_burst = network_rate.count
+    if cost > network_burst:
+        key = "network_burst" if section.has("network_burst") else "network_rate"
+        raise ConfigError(
+            section.path(key), f"the network limit {network_burst} is below the cost {cost}"
+        )
+    return network_rate, network_burst
+
+
+def _check_exact(
+    algorithm: Algorithm,
+    rate: Rate,
+    burst: int,
+    cost: int,
+    section: _Section,
+    rate_key: str,
+    burst_key: str,
+) -> None:
+    """Refuse parameters whose Lua arithmetic could exceed 2**53 (see the scripts' headers)."""
+    period = rate.period_seconds
+    if algorithm is Algorithm.TOKEN_BUCKET:
         # refill = elapsed_us * count // period, elapsed capped at the time to fill.
-        capacity_term = policy.burst * MICRO * period
-        largest = capacity_term + policy.rate.count
+        capacity_term = burst * MICRO * period
+        largest = capacity_term + rate.count
         # blame the term that dominates: a huge burst, or a huge refill count
-        key = "burst" if section.has("burst") and capacity_term >= policy.rate.count else "rate"
+        dominant_burst = section.has(burst_key) and capacity_term >= rate.count
+        key = burst_key if dominant_burst else rate_key
     else:
         # the estimate compares (current + cost) * window_us against limit * window_us.
-        largest = (policy.burst + policy.cost) * period * MICRO
-        key = "rate"
+        largest = (burst + cost) * period * MICRO
+        key = rate_key
     if largest >= LUA_EXACT_LIMIT:
         raise ConfigError(
             section.path(key),

@@ -38,9 +38,12 @@ class TenantIdentity:
 class AnonymousIdentity:
     """An anonymous client: its signed device id AND its network (IPv4 address or IPv6 /64).
 
-    Both buckets are decided in one script call, so both keys carry the same hash tag:
-    the network's. A device's bucket therefore lives in its current network's slot;
-    on a single Redis the tag changes nothing.
+    Both buckets are decided in one script call, so both keys carry the same hash tag
+    (the network's) and share a Redis Cluster slot. The device's key is therefore per
+    (network, device): a device that changes networks starts a fresh device bucket, and
+    meets the new network's bucket. The scheme is the same on a single Redis, so moving
+    to a cluster changes no state. The network bucket is the larger one (a policy's
+    ``network_rate``/``network_burst``): many devices share one NAT.
     """
 
     device_id: str

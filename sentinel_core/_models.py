@@ -66,6 +66,10 @@ class Policy:
     version: int = 1
     shadow: bool = False
     cost: int = 1
+    network_rate: Rate | None = None
+    """Anonymous policies: the rate of the bucket shared by a whole network (IPv4
+    address or IPv6 /64), charged together with the device's own bucket."""
+    network_burst: int | None = None
 
     @property
     def limit(self) -> int:

@@ -14,7 +14,7 @@ from importlib.resources import files
 
 from . import _algorithms
 from ._algorithms import ScriptReply, Write
-from ._models import MICRO, Algorithm, Policy
+from ._models import MICRO, Algorithm, Policy, Rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,25 +48,38 @@ class ScriptCall:
         return script(self.algorithm)
 
 
+def _parameters(algorithm: Algorithm, rate: Rate, burst: int, cost: int) -> tuple[int, ...]:
+    if algorithm is Algorithm.TOKEN_BUCKET:
+        return (burst * MICRO, rate.count, rate.period_seconds, cost * MICRO)
+    return (burst, rate.period_seconds * MICRO, cost)
+
+
 @cache
 def script_args(policy: Policy) -> tuple[int, ...]:
-    """The ARGV a policy passes to its script (see each script's header)."""
-    if policy.algorithm is Algorithm.TOKEN_BUCKET:
-        return (
-            policy.burst * MICRO,
-            policy.rate.count,
-            policy.rate.period_seconds,
-            policy.cost * MICRO,
+    """The ARGV a policy passes to its script (see each script's header): the device's
+    (or tenant's) parameter set, then the network bucket's for an anonymous policy."""
+    args = _parameters(policy.algorithm, policy.rate, policy.burst, policy.cost)
+    if policy.network_rate is not None and policy.network_burst is not None:
+        args += _parameters(
+            policy.algorithm, policy.network_rate, policy.network_burst, policy.cost
         )
-    return (policy.burst, policy.rate.period_seconds * MICRO, policy.cost)
+    return args
 
 
 def run_reference(
     call: ScriptCall, states: Sequence[str | None], now_us: int
 ) -> tuple[ScriptReply, list[Write] | None]:
-    """What the script of ``call`` would answer given these states and this TIME."""
+    """What the script of ``call`` would answer given these states and this TIME.
+
+    Like the scripts, it reads one parameter set per key when ``call.args`` holds one
+    for every key, and otherwise applies the first set to every key.
+    """
+    width = 4 if call.algorithm is Algorithm.TOKEN_BUCKET else 3
+    sets = [tuple(call.args[i : i + width]) for i in range(0, len(call.args), width)]
+    per_key = len(sets) >= len(states)
+    chosen = [sets[i] if per_key else sets[0] for i in range(len(states))]
     if call.algorithm is Algorithm.TOKEN_BUCKET:
-        capacity, count, period, cost = call.args
-        return _algorithms.token_bucket(states, now_us, capacity, count, period, cost)
-    limit, window, cost = call.args
-    return _algorithms.sliding_window(states, now_us, limit, window, cost)
+        buckets = [(capacity, count, period, cost) for capacity, count, period, cost in chosen]
+        return _algorithms.token_bucket(states, now_us, buckets)
+    windows = [(limit, window, cost) for limit, window, cost in chosen]
+    return _algorithms.sliding_window(states, now_us, windows)

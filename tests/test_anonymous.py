@@ -17,7 +17,7 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sentinel_core import Outcome, Sentinel, load_config
+from sentinel_core import Outcome, Rate, Sentinel, load_config
 from sentinel_core._anonymous import DeviceCookies, client_network
 from tests.support.http import make_sentinel, request_view
 from tests.support.redis_server import RedisServer
@@ -35,14 +35,22 @@ def config(
     *,
     burst: int = 2,
     algorithm: str = "token_bucket",
+    network: int | None = None,
     **anonymous: Any,
 ) -> dict[str, Any]:
-    """An anonymous policy admitting ``burst`` requests an hour, on either algorithm."""
+    """An anonymous policy admitting ``burst`` requests an hour per device and
+    ``network`` (default: the same) per network, on either algorithm."""
+    network = burst if network is None else network
     policy: dict[str, Any] = {"algorithm": algorithm, "identity": "anonymous"}
     if algorithm == "token_bucket":
-        policy |= {"rate": "1/hour", "burst": burst}
+        policy |= {
+            "rate": "1/hour",
+            "burst": burst,
+            "network_rate": "1/hour",
+            "network_burst": network,
+        }
     else:
-        policy |= {"rate": f"{burst}/hour"}
+        policy |= {"rate": f"{burst}/hour", "network_rate": f"{network}/hour"}
     return {
         "redis_url": redis_url,
         "anonymous": {"cookie_secret": COOKIE_SECRET, **anonymous},
@@ -251,26 +259,66 @@ def test_when_the_network_denies_the_device_bucket_is_untouched(
     assert client.get(keys_of(client, "ip")[0]) == ip_before
 
 
-def test_when_the_device_denies_a_fresh_network_bucket_is_not_created(
-    sentinel: Sentinel, client: redis.Redis
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_when_the_device_denies_the_network_bucket_is_untouched(
+    redis_url: str, client: redis.Redis, algorithm: str
 ) -> None:
-    # With equal limits the network bucket never holds more than a device on it, so
-    # "exhausted device, fresh network" is set up by removing the network's bucket,
-    # as its expiry would once it refilled.
-    peer = "203.0.113.60"
-    first = login(sentinel, peer)
-    assert first.cookie is not None
-    value = first.cookie.value
-    assert login(sentinel, peer, value).allowed
-    (ip_key,) = keys_of(client, "ip")
-    client.delete(ip_key)
-    device_before = client.get(device_key(client, value.split(".")[1]))
+    sentinel = make_sentinel(config(redis_url, algorithm=algorithm, network=10))
+    try:
+        peer = "203.0.113.60"
+        first = login(sentinel, peer)
+        assert first.cookie is not None
+        value = first.cookie.value
+        assert login(sentinel, peer, value).allowed
+        (ip_key,) = keys_of(client, "ip")
+        device_before = client.get(device_key(client, value.split(".")[1]))
+        ip_before = client.get(ip_key)
 
-    denied = login(sentinel, peer, value)
+        denied = login(sentinel, peer, value)  # the device's 2 are spent; the network has 8
 
-    assert (denied.status, denied.cookie) == (429, None)
-    assert client.exists(ip_key) == 0  # denial wrote nothing, not even a full bucket
-    assert client.get(device_key(client, value.split(".")[1])) == device_before
+        assert (denied.status, denied.cookie) == (429, None)
+        assert client.get(ip_key) == ip_before  # the network's token was not spent
+        assert client.get(device_key(client, value.split(".")[1])) == device_before
+    finally:
+        sentinel.close()
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_devices_behind_one_nat_each_get_their_own_burst_until_the_network_is_spent(
+    redis_url: str, algorithm: str
+) -> None:
+    sentinel = make_sentinel(config(redis_url, algorithm=algorithm, network=5))
+    try:
+        nat = "198.51.100.77"
+        devices = [login(sentinel, nat).cookie for _ in range(3)]  # three devices, one each
+        assert all(cookie is not None for cookie in devices)
+        values = [cookie.value for cookie in devices if cookie is not None]
+        assert login(sentinel, nat, values[0]).allowed  # device 0: its second
+        assert login(sentinel, nat, values[0]).status == 429  # device 0 is spent...
+        assert login(sentinel, nat, values[1]).allowed  # ...device 1 is not: 5 of 5
+        assert login(sentinel, nat, values[2]).status == 429  # now the network is spent
+    finally:
+        sentinel.close()
+
+
+def test_the_network_bucket_defaults_to_ten_devices() -> None:
+    loaded = load_config(
+        {
+            "redis_url": "memory://",
+            "anonymous": {"cookie_secret": COOKIE_SECRET},
+            "policies": {
+                ENDPOINT: {
+                    "algorithm": "token_bucket",
+                    "rate": "5/minute",
+                    "burst": 3,
+                    "identity": "anonymous",
+                    "fail_mode": "closed",
+                }
+            },
+        }
+    )
+    policy = loaded.policies[ENDPOINT]
+    assert (policy.network_rate, policy.network_burst) == (Rate(50, 60), 30)
 
 
 def test_each_anonymous_decision_is_one_script_call_reading_both_buckets(

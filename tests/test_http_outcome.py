@@ -219,7 +219,7 @@ def test_fail_open_on_a_dead_redis_describes_the_emergency_bucket(make: Any) -> 
 
 
 def test_no_cookie_is_set_on_429_or_503(make: Any) -> None:
-    anonymous = token_bucket(identity="anonymous", burst=1)
+    anonymous = token_bucket(identity="anonymous", burst=1, network_burst=1)
     limited = make(anonymous)
     assert limited.guard(ENDPOINT, request_view()).cookie is not None
     assert limited.guard(ENDPOINT, request_view()).status == 429

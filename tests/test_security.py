@@ -43,7 +43,16 @@ def config(redis_url: str) -> dict[str, Any]:
         "redis_url": redis_url,
         "jwt": {"key": HS_SECRET},
         "anonymous": {"cookie_secret": COOKIE_SECRET},
-        "policies": {TENANT: bucket, ANONYMOUS: {**bucket, "identity": "anonymous"}},
+        "policies": {
+            TENANT: bucket,
+            # the network bucket holds as much as one device, so escapes show at once
+            ANONYMOUS: {
+                **bucket,
+                "identity": "anonymous",
+                "network_rate": "1/hour",
+                "network_burst": 4,
+            },
+        },
     }
 
 

@@ -4,9 +4,12 @@
 -- KEYS[1..n]  bucket keys; the request is admitted only if EVERY bucket admits it
 --             (n = 2 for the anonymous cookie AND client-IP decision), and then
 --             every bucket is charged. If any bucket denies, nothing is written.
--- ARGV[1]     limit per window (requests)
--- ARGV[2]     window length, microseconds
--- ARGV[3]     cost of this request
+-- ARGV        one parameter set of three per key, or a single set shared by every key:
+--   [1]       limit per window (requests)
+--   [2]       window length, microseconds
+--   [3]       cost of this request
+--             (the anonymous AND gives the network bucket a larger limit than the
+--             device's: one network is shared by many devices behind a NAT)
 --
 -- Windows are aligned on multiples of the window length since the Unix epoch. The
 -- estimate is previous * (window - elapsed) / window + current; a request is admitted
@@ -37,17 +40,19 @@ end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
+local per_key = #ARGV >= 3 * #KEYS
 
 local allowed = 1
-local remaining = limit
+local remaining = -1
 local retry_us = 0
 local reset_us = 0
 local counts = {}
 
 for i, key in ipairs(KEYS) do
+  local base = per_key and (i - 1) * 3 or 0
+  local limit = tonumber(ARGV[base + 1])
+  local window = tonumber(ARGV[base + 2])
+  local cost = tonumber(ARGV[base + 3])
   local start = idiv(now, window) * window
   local current, previous = 0, 0
   local state = redis.call('GET', key)
@@ -83,9 +88,9 @@ for i, key in ipairs(KEYS) do
     end
     retry_us = math.max(retry_us, ahead + wait)
   end
-  counts[i] = {current, previous, start, elapsed}
+  counts[i] = {current, previous, start, window}
   local left = idiv(math.max(0, limit * window - previous * (window - elapsed) - current * window), window)
-  remaining = math.min(remaining, left)
+  if remaining < 0 or left < remaining then remaining = left end
   reset_us = math.max(reset_us, ahead + window - elapsed)
 end
 
@@ -93,7 +98,7 @@ if allowed == 1 then
   for i, key in ipairs(KEYS) do
     local c = counts[i]
     redis.call('SET', key, string.format('%.0f:%.0f:%.0f', c[1], c[2], c[3]),
-      'PX', math.max(1, ceil_div(c[3] + 2 * window - now, 1000)))
+      'PX', math.max(1, ceil_div(c[3] + 2 * c[4] - now, 1000)))
   end
 end
 

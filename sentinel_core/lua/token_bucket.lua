@@ -3,10 +3,13 @@
 -- KEYS[1..n]  bucket keys; the request is admitted only if EVERY bucket admits it
 --             (n = 2 for the anonymous cookie AND client-IP decision), and then
 --             every bucket is charged. If any bucket denies, nothing is written.
--- ARGV[1]     capacity in micro-tokens (burst * 1e6)
--- ARGV[2]     refill count     } the refill rate is count tokens per period seconds
--- ARGV[3]     refill period, seconds
--- ARGV[4]     cost in micro-tokens
+-- ARGV        one parameter set of four per key, or a single set shared by every key:
+--   [1]       capacity in micro-tokens (burst * 1e6)
+--   [2]       refill count     } the refill rate is count tokens per period seconds
+--   [3]       refill period, seconds
+--   [4]       cost in micro-tokens
+--             (the anonymous AND gives the network bucket a larger set than the
+--             device's: one network is shared by many devices behind a NAT)
 --
 -- State:   one string per bucket, "<micro-tokens>:<last refill, unix us>", written with
 --          SET ... PX only, on admission only. An absent key is a full bucket; the TTL
@@ -37,20 +40,24 @@ end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local capacity = tonumber(ARGV[1])
-local count = tonumber(ARGV[2])
-local period = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
-local fill_us = ceil_div(capacity * period, count)
+local per_key = #ARGV >= 4 * #KEYS
 
 local allowed = 1
-local remaining = capacity
+local remaining = -1
 local retry_us = 0
 local reset_us = 0
 local after = {}
 local ahead = {}
+local params = {}
 
 for i, key in ipairs(KEYS) do
+  local base = per_key and (i - 1) * 4 or 0
+  local capacity = tonumber(ARGV[base + 1])
+  local count = tonumber(ARGV[base + 2])
+  local period = tonumber(ARGV[base + 3])
+  local cost = tonumber(ARGV[base + 4])
+  local fill_us = ceil_div(capacity * period, count)
+  params[i] = {capacity, count, period}
   local tokens = capacity
   ahead[i] = 0
   local state = redis.call('GET', key)
@@ -73,10 +80,11 @@ for i, key in ipairs(KEYS) do
     after[i] = tokens
     retry_us = math.max(retry_us, ahead[i] + ceil_div((cost - tokens) * period, count))
   end
-  remaining = math.min(remaining, after[i])
+  if remaining < 0 or after[i] < remaining then remaining = after[i] end
 end
 
 for i, key in ipairs(KEYS) do
+  local capacity, count, period = params[i][1], params[i][2], params[i][3]
   local refill_us = ahead[i] + ceil_div((capacity - after[i]) * period, count)
   reset_us = math.max(reset_us, refill_us)
   if allowed == 1 then

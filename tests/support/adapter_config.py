@@ -44,6 +44,9 @@ def spec_config(redis_url: str, **overrides: Any) -> dict[str, Any]:
                 "rate": "2/minute",
                 "identity": "anonymous",
                 "fail_mode": "closed",
+                # one device's worth per network, so a test from one address meets it
+                "network_rate": "2/minute",
+                "network_burst": 2,
             },
         },
     }
