@@ -399,3 +399,18 @@ def test_an_empty_key_is_a_full_bucket(case: Case, now: int) -> None:
     assert reply.remaining == case.limit - cost
     assert writes is not None
     assert writes[0].ttl_ms >= 1
+
+
+@PARITY_SETTINGS
+@given(data=st.data())
+def test_per_key_parameter_sets_match_the_reference(
+    store: RedisStore, client: redis.Redis, data: st.DataObject
+) -> None:
+    # The anonymous AND: a device bucket and a larger network bucket, one set each.
+    kind = data.draw(st.sampled_from([token_bucket_cases, sliding_window_cases]))
+    device, network = data.draw(kind()), data.draw(kind())
+    keys = ("parity:{per-key}:device", "parity:{per-key}:network")
+    client.delete(*keys)
+    call = ScriptCall(device.algorithm, keys, device.args + network.args)
+    for _ in range(data.draw(st.integers(1, 12))):
+        check_one_call(store, client, call)
