@@ -24,10 +24,15 @@ class Script:
     sha: str
 
 
+def _lua(name: str) -> str:
+    return files("sentinel_core").joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
 @cache
 def script(algorithm: Algorithm) -> Script:
-    """The Lua source of ``algorithm`` and its SHA1 (what EVALSHA names it by)."""
-    source = files("sentinel_core").joinpath("lua", f"{algorithm.value}.lua").read_text("utf-8")
+    """The Lua source of ``algorithm`` (its file, after the shared ``integers.lua``) and
+    its SHA1, which is what EVALSHA names it by."""
+    source = _lua("integers") + _lua(algorithm.value)
     return Script(algorithm, source, hashlib.sha1(source.encode()).hexdigest())
 
 

@@ -21,22 +21,9 @@
 --          the window after this one (two windows from the window's start), after
 --          which the state can no longer affect a decision.
 -- Clock:   Redis TIME is the only clock.
+-- Uses:    idiv and ceil_div from integers.lua, which is prepended to this file.
 -- Returns: {allowed 0|1, TIME seconds, TIME microseconds, remaining requests,
 --           retry-after seconds (>= 1 when denied, else 0), reset seconds}
-
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
-local function ceil_div(a, b)
-  return idiv(a + b - 1, b)
-end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])

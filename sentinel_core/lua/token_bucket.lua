@@ -20,23 +20,9 @@
 --          All arithmetic is on integers kept below 2^53
 --          (the config loader refuses policies that could exceed it), so the doubles
 --          Lua computes with stay exact. Rounding always favours the limiter.
+-- Uses:    idiv and ceil_div from integers.lua, which is prepended to this file.
 -- Returns: {allowed 0|1, TIME seconds, TIME microseconds, remaining whole tokens,
 --           retry-after seconds (>= 1 when denied, else 0), reset seconds}
-
-local function idiv(a, b)
-  -- floor(a / b) for non-negative integers, corrected for double rounding.
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
-local function ceil_div(a, b)
-  return idiv(a + b - 1, b)
-end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
