@@ -16,7 +16,9 @@ Variants (all on the same private redis-server, started here):
 * ``slowapi-ip``: slowapi's documented setup (``@limiter.limit``, key = remote address,
   headers off: its cheapest), on ``limits``' Redis storage. slowapi only has the
   blocking redis-py storage, so each check blocks the event loop for a round trip.
-* ``slowapi-jwt``: the same, keyed by the verified JWT ``sub``: like for like.
+* ``slowapi-jwt``: the same, keyed by the verified JWT ``sub``; ``slowapi-jwt-headers``
+  also writes its ``X-RateLimit-*`` headers (``headers_enabled=True``, a second Redis
+  call per request): like for like with Sentinel.
 * ``fastapi-limiter-ip``: fastapi-limiter 0.2's ``Depends(RateLimiter(...))`` with its
   default identifier (IP + path) on pyrate-limiter's ``RedisBucket`` (asyncio client).
 * ``fastapi-limiter-jwt``: the same with an identifier verifying the JWT.
@@ -58,7 +60,7 @@ if not __package__:  # run as a file: make `benchmarks` importable
 import httpx
 import jwt
 import redis.asyncio
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi_limiter.depends import RateLimiter
 from prometheus_client import CollectorRegistry
 from pyrate_limiter import Duration, Limiter, Rate, RedisBucket
@@ -139,15 +141,18 @@ def sentinel_app(redis_url: str, algorithm: str) -> FastAPI:
     return app
 
 
-def slowapi_app(redis_url: str, key_func: Callable[[Request], str]) -> FastAPI:
-    limiter = SlowLimiter(key_func=key_func, storage_uri=redis_url)
+def slowapi_app(
+    redis_url: str, key_func: Callable[[Request], str], *, headers: bool = False
+) -> FastAPI:
+    limiter = SlowLimiter(key_func=key_func, storage_uri=redis_url, headers_enabled=headers)
     app = FastAPI()
     app.state.limiter = limiter
     app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)  # type: ignore[arg-type]
 
+    # slowapi needs the request, and the response too when it writes headers.
     @app.get("/work")
     @limiter.limit(f"{NEVER_DENY}/second")
-    async def work(request: Request) -> dict[str, bool]:
+    async def work(request: Request, response: Response) -> dict[str, bool]:
         return {"ok": True}
 
     return app
@@ -221,6 +226,7 @@ async def measure(
             "sentinel-sw": sentinel_app(redis_url, "sliding_window"),
             "slowapi-ip": slowapi_app(redis_url, get_remote_address),
             "slowapi-jwt": slowapi_app(redis_url, verified_sub),
+            "slowapi-jwt-headers": slowapi_app(redis_url, verified_sub, headers=True),
             "fastapi-limiter-ip": await fastapi_limiter_app(client, "fl-ip", None),
             "fastapi-limiter-jwt": await fastapi_limiter_app(client, "fl-jwt", jwt_identifier),
         }
