@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from sentinel_core import Sentinel, StartupError
-from sentinel_core._stores import MEMORY_URL, AsyncRedisStore, AsyncStore
+from sentinel_core._connect import open_async_store
+from sentinel_core._stores import MEMORY_URL, AsyncStore
 
 from . import _loops
 
@@ -31,7 +32,7 @@ class DjangoSentinel(Sentinel):
         url, timeout = self.config.redis_url, self.config.socket_timeout_ms
         if url.startswith(MEMORY_URL):
             return super().async_store
-        return _loops.store_for(url, timeout, lambda: AsyncRedisStore(url, timeout))
+        return _loops.store_for(url, timeout, lambda: open_async_store(url, timeout))
 
 
 class Runtime:
