@@ -13,6 +13,7 @@ Run from the repository root::
 
     /work/venv/bin/python -m benchmarks.gameday              # 4 threads, evaluate
     /work/venv/bin/python -m benchmarks.gameday --asyncio    # 50 tasks, aevaluate
+    /work/venv/bin/python -m benchmarks.gameday --plot docs/img/gameday.png
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ if not __package__:  # run as a file: make `benchmarks` importable
 from prometheus_client import CollectorRegistry
 
 from benchmarks._common import machine_note, markdown_table, percentile
+from benchmarks._plots import timeline_png
 from sentinel_core import (
     BreakerState,
     Decision,
@@ -323,6 +325,25 @@ def emergency_check(script: Script, recorder: Recorder) -> tuple[str, bool]:
     )
 
 
+def plot_timeline(path: Path, script: Script, recorder: Recorder, mode: str) -> None:
+    t0 = script.load_started
+    decisions = {
+        endpoint: [
+            (seen.at - t0, seen.reason.value)
+            for seen in recorder.decisions
+            if seen.endpoint_id == endpoint
+        ]
+        for endpoint in (CLOSED_ENDPOINT, OPEN_ENDPOINT)
+    }
+    markers = [(script.killed - t0, "Redis killed"), (script.back - t0, "Redis back")]
+    opened = [at for at, _, now in recorder.transitions if now is BreakerState.OPEN]
+    if opened:
+        markers.append((opened[0] - t0, "breaker OPEN"))
+    if script.closed_again is not None:
+        markers.append((script.closed_again - t0, "breaker CLOSED"))
+    timeline_png(path, decisions, markers, title=f"Game day ({mode})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--asyncio", action="store_true", help="asyncio tasks + aevaluate")
@@ -336,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds each worker sleeps between its two decisions and the next two "
         "(default 0.004 for threads, 0.05 for tasks: about 1,000 decisions/s per endpoint)",
     )
+    parser.add_argument("--plot", type=Path, help="also draw the timeline into this PNG file")
     args = parser.parse_args(argv)
     workers = args.workers or (50 if args.asyncio else 4)
 
@@ -397,6 +419,9 @@ def main(argv: list[str] | None = None) -> int:
         f'Metrics agree: sentinel_breaker_transitions_total{{state="open"}} = {opened:.0f}; '
         f"denial log records: {log_counter.records:,}."
     )
+    if args.plot is not None:
+        plot_timeline(args.plot, script, recorder, mode)
+        print(f"\nTimeline drawn into {args.plot}.")
     recovered = script.closed_again is not None
     if not recovered:
         print("\nThe breaker did NOT close again after the restart.")

@@ -1,0 +1,87 @@
+"""PNG figures for the documentation, drawn from what the benchmark scripts recorded.
+
+matplotlib is imported lazily (it is in the ``bench`` extra, not a runtime dependency)
+and always with the non-interactive Agg backend: the scripts run on machines without a
+screen.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+REASON_COLOURS = {
+    "allowed": "#2e7d32",
+    "rate_limited": "#f9a825",
+    "emergency_local_limit": "#ef6c00",
+    "fail_closed": "#c62828",
+    "circuit_open": "#6a1b9a",
+    "redis_timeout": "#1565c0",
+    "redis_connection_error": "#00838f",
+    "redis_noscript_retry": "#4e342e",
+}
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def timeline_png(
+    path: Path,
+    decisions: Mapping[str, Iterable[tuple[float, str]]],
+    markers: Sequence[tuple[float, str]],
+    *,
+    bin_seconds: float = 0.25,
+    title: str,
+) -> None:
+    """Decisions per second by reason over time, one panel per endpoint.
+
+    ``decisions`` maps an endpoint to (seconds since T+0, reason) pairs; ``markers``
+    are vertical lines (seconds, label) such as "Redis down".
+    """
+    plt = _pyplot()
+    figure, axes = plt.subplots(len(decisions), 1, figsize=(10, 3 * len(decisions)), sharex=True)
+    axes = axes if len(decisions) > 1 else [axes]
+    for axis, (endpoint, seen) in zip(axes, decisions.items(), strict=True):
+        bins: dict[str, Counter[int]] = {}
+        for at, reason in seen:
+            bins.setdefault(reason, Counter())[int(at // bin_seconds)] += 1
+        last = max((max(counter) for counter in bins.values()), default=0)
+        xs = [index * bin_seconds for index in range(last + 1)]
+        bottom = [0.0] * len(xs)
+        for reason, colour in REASON_COLOURS.items():
+            if reason not in bins:
+                continue
+            heights = [bins[reason][index] / bin_seconds for index in range(last + 1)]
+            axis.bar(
+                xs,
+                heights,
+                width=bin_seconds,
+                bottom=bottom,
+                color=colour,
+                label=reason,
+                align="edge",
+            )
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+        top = axis.get_ylim()[1] * 1.25
+        axis.set_ylim(0, top)
+        for index, (at, label) in enumerate(sorted(markers)):
+            axis.axvline(at, color="black", linestyle="--", linewidth=0.8)
+            height = top * (0.97 if index % 2 == 0 else 0.87)  # alternate: no overlaps
+            axis.text(at, height, f" {label}", fontsize=8, va="top")
+        axis.set_title(endpoint, fontsize=10)
+        axis.set_ylabel("decisions/s")
+        axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    axes[-1].set_xlabel("seconds since the load started")
+    figure.suptitle(title, fontsize=11)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
