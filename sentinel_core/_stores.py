@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from types import MethodType
 from typing import Any, Protocol
 
 import redis
@@ -18,7 +19,16 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ._protocol import Check, ServerReport, adrive, check_server, drive, run_script
+from ._protocol import (
+    Check,
+    Command,
+    ServerReport,
+    adrive,
+    check_server,
+    drive,
+    pack_evalsha,
+    run_script,
+)
 from ._scripts import ScriptCall, run_reference
 
 MEMORY_URL = "memory://"
@@ -65,6 +75,37 @@ def connection_options(socket_timeout_ms: int) -> dict[str, Any]:
     }
 
 
+def sends_directly(client: redis.Redis | redis.asyncio.Redis) -> bool:
+    """Whether a script call may go straight to a pooled connection of ``client``.
+
+    Only when ``execute_command`` is redis-py's own, neither replaced on the instance
+    or the class nor wrapped (tracing instrumentation wraps it, and its spans must not
+    vanish), and the client is not a single-connection one. What the direct path
+    skips is bookkeeping that Sentinel's options make inert (retries: none; health
+    checks: none; response callbacks: none for EVALSHA); what it keeps is the pool
+    (its stale-connection check and fork safety) and the connection's own handling of
+    errors (a failed socket is disconnected).
+    """
+    method = client.execute_command
+    return (
+        type(method) is MethodType
+        and method.__func__ in _REDIS_PY_EXECUTE
+        and not hasattr(method.__func__, "__wrapped__")
+        and client.connection is None
+    )
+
+
+_REDIS_PY_EXECUTE = frozenset({redis.Redis.execute_command, redis.asyncio.Redis.execute_command})
+
+
+def _packed(connection: Any, command: Command) -> list[bytes]:
+    if command[0] != "EVALSHA":
+        packed: list[bytes] = connection.pack_command(*command)
+        return packed
+    encoder = connection.encoder
+    return [pack_evalsha(command, encoder.encoding, encoder.encoding_errors)]
+
+
 class RedisStore:
     """A blocking store on `redis.Redis`, for threaded servers (Flask, Django)."""
 
@@ -74,7 +115,20 @@ class RedisStore:
         )
 
     def run(self, call: ScriptCall) -> Any:
-        return drive(run_script(call), self.client.execute_command)
+        client = self.client
+        return drive(
+            run_script(call), self._send if sends_directly(client) else client.execute_command
+        )
+
+    def _send(self, *command: Any) -> Any:
+        """One command on a pooled connection, as ``execute_command`` would send it."""
+        pool = self.client.connection_pool
+        connection: Any = pool.get_connection()
+        try:
+            connection.send_packed_command(_packed(connection, command))
+            return connection.read_response()
+        finally:
+            pool.release(connection)
 
     def check(self, require_noeviction: bool) -> ServerReport:
         return drive(check_server(require_noeviction), self.client.execute_command)
@@ -92,7 +146,20 @@ class AsyncRedisStore:
         )
 
     async def arun(self, call: ScriptCall) -> Any:
-        return await adrive(run_script(call), self.client.execute_command)
+        client = self.client
+        return await adrive(
+            run_script(call), self._send if sends_directly(client) else client.execute_command
+        )
+
+    async def _send(self, *command: Any) -> Any:
+        """`RedisStore._send` on the asyncio client."""
+        pool = self.client.connection_pool
+        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            await connection.send_packed_command(_packed(connection, command))
+            return await connection.read_response()
+        finally:
+            await pool.release(connection)
 
     async def acheck(self, require_noeviction: bool) -> ServerReport:
         return await adrive(check_server(require_noeviction), self.client.execute_command)
