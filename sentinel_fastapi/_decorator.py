@@ -55,7 +55,7 @@ def rate_limited(endpoint_id: str) -> Callable[[F], F]:
             )
         if getattr(handler, ENDPOINT_ATTRIBUTE, None) is not None:
             raise TypeError(f"{handler.__name__} is already rate limited: use one @rate_limited")
-        signature = inspect.signature(handler)
+        signature = _evaluated_signature(handler)
         if {_REQUEST, _RESPONSE} & signature.parameters.keys():
             raise TypeError(f"{handler.__name__} uses a parameter name reserved by Sentinel")
         is_async = inspect.iscoroutinefunction(handler)
@@ -81,6 +81,21 @@ def rate_limited(endpoint_id: str) -> Callable[[F], F]:
         return cast(F, guarded)
 
     return decorate
+
+
+def _evaluated_signature(handler: Callable[..., Any]) -> inspect.Signature:
+    """The handler's signature with string annotations (``from __future__ import
+    annotations``) evaluated in the handler's own module.
+
+    Older FastAPI releases (0.115 among them) evaluate them in the globals of the
+    function they are given, here the wrapper's module, where the handler's types do
+    not exist. A name that cannot be evaluated yet (defined after the handler) stays a
+    string.
+    """
+    try:
+        return inspect.signature(handler, eval_str=True)
+    except NameError:
+        return inspect.signature(handler)
 
 
 def _with_hidden_parameters(signature: inspect.Signature) -> inspect.Signature:
