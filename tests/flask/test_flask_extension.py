@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -366,3 +367,67 @@ def test_plugins_given_to_the_extension_see_the_flask_request(make_app: MakeApp)
     assert codes == [200, 200, 200, 429]
     assert client.post("/v1/tailor", headers={"X-Api-Key": "nope"}).status_code == 401
     assert all(isinstance(native, Request) for native in plugin.natives)
+
+
+class _ContendedLock:
+    """A lock that says when a second thread starts waiting for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.contended = threading.Event()
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            self.contended.set()
+            self._lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+
+class _SlowToInspect:
+    """A view whose inspection by the validation blocks until released, and is counted."""
+
+    def __init__(self) -> None:
+        self.inspections = 0
+        self.inspecting = threading.Event()
+        self.release = threading.Event()
+        self.__name__ = "slow"
+
+    def __call__(self) -> str:
+        return "slow"
+
+    @property
+    def view_class(self) -> None:
+        self.inspections += 1
+        self.inspecting.set()
+        assert self.release.wait(10)
+        return None
+
+
+def test_requests_racing_the_first_validation_wait_for_it_and_validate_once(
+    make_app: MakeApp,
+) -> None:
+    app = make_app(spec_config("memory://"))
+    view = _SlowToInspect()
+    app.add_url_rule("/slow", view_func=view)
+    (hook,) = app.before_request_funcs[None]
+    lock = _ContendedLock()
+    hook.__self__._lock = lock  # type: ignore[attr-defined]
+    statuses: list[int] = []
+
+    def get() -> None:
+        statuses.append(app.test_client().get("/slow").status_code)
+
+    first = threading.Thread(target=get)
+    first.start()
+    assert view.inspecting.wait(10)  # the first request is validating, holding the lock
+    second = threading.Thread(target=get)
+    second.start()
+    assert lock.contended.wait(10)  # the second request waits for that validation
+    view.release.set()
+    first.join(10)
+    second.join(10)
+
+    assert statuses == [200, 200]
+    assert view.inspections == 1

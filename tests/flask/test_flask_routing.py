@@ -232,3 +232,19 @@ def test_class_based_views_decorated_through_dispatch_or_decorators_are_guarded_
         assert [r.status_code for r in responses] == [200, 200, 200, 429]
         assert responses[0].headers.getlist("RateLimit")[0].startswith('"resumint.tailor";r=2;')
         assert len(responses[0].headers.getlist("RateLimit")) == 1
+
+
+def test_middleware_guards_head_on_a_method_view_like_its_get(
+    make_app: MakeApp, redis_url: str
+) -> None:
+    # Documents has no head(): Flask answers HEAD with get(), so the middleware looks at
+    # get() for a decorator and, finding none, guards HEAD on the GET entry's bucket.
+    config = with_routes(spec_config(redis_url), **{"GET /documents": "resumint.tailor"})
+    client = make_app(config).test_client()
+
+    heads = [send(client, "HEAD", "/documents") for _ in range(3)]
+    after = send(client, "GET", "/documents")
+
+    assert [r.status_code for r in heads] == [200, 200, 200]
+    assert heads[0].headers["RateLimit"].startswith('"resumint.tailor"')
+    assert after.status_code == 429
