@@ -169,3 +169,16 @@ def test_checks_can_be_silenced_by_id(configure: Configure) -> None:
         call_command("check", "--tag", "sentinel", stdout=out)
 
     assert "1 silenced" in out.getvalue()
+
+
+def test_an_invalid_configuration_is_one_e001_with_the_deploy_checks_too(redis_url: str) -> None:
+    config = _with_policy(spec_config(redis_url), "pdftalk.ingest", rate="3/fortnight")
+    with override_settings(SENTINEL=config):
+        messages = _sentinel_messages(deploy=True)
+
+    assert _ids(messages) == ["sentinel.E001"]
+
+
+def test_the_deploy_check_passes_the_memory_store_in_debug() -> None:
+    with override_settings(SENTINEL=spec_config("memory://"), DEBUG=True):
+        assert _sentinel_messages(deploy=True) == []
