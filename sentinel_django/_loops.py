@@ -48,10 +48,8 @@ def store_for(url: str, socket_timeout_ms: int, open_store: Callable[[], AsyncSt
         return entry.store
     store = open_store()
     closer = _close_at_shutdown(key, store)
+    # Nothing above awaits, so no other task of this loop can have added the entry.
     with _lock:
-        existing = _entries.get(key)
-        if existing is not None:  # another task of this loop got here first
-            return existing.store
         _entries[key] = _Entry(store, closer)
     _start(closer)
     return store

@@ -115,8 +115,6 @@ def check_redis(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list
         sentinel = conf.runtime().sentinel
     except ImproperlyConfigured:  # an invalid configuration is check_settings' E001
         return []
-    if sentinel.config.redis_url.startswith(MEMORY_URL):
-        return []
     try:
         sentinel.check()
     except StartupError as error:
