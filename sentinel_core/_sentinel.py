@@ -63,9 +63,8 @@ class Sentinel:
             on_transition=self.hooks.breaker_transition,
         )
         # The built-in observers are plain plugins: unregister them by name to opt out.
-        manager = self.hooks.manager
-        manager.register(MetricsPlugin(registry, self.breaker.state), "sentinel.metrics")
-        manager.register(DecisionLogPlugin(self.breaker), "sentinel.logging")
+        self.hooks.register_builtin(MetricsPlugin(registry, self.breaker.state), "sentinel.metrics")
+        self.hooks.register_builtin(DecisionLogPlugin(self.breaker), "sentinel.logging")
         self.engine = DecisionEngine(
             self.config.policies, self.breaker, EmergencyLimiter(), self.hooks
         )
