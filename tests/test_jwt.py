@@ -471,3 +471,34 @@ def test_random_authorization_values_through_guard_are_401_without_redis_traffic
         sentinel.close()
     assert client.dbsize() == 0
     assert script_calls(client) == scripts_before
+
+
+def test_with_a_cache_size_of_zero_every_use_is_verified_again(decode_calls: list[str]) -> None:
+    verify = cached_verifier(cache_size=0)
+    token = hs256("uncached")
+    for _ in range(3):
+        assert verify.tenant_from_authorization(bearer(token)) == "uncached"
+
+    assert decode_calls == [token] * 3
+
+
+def test_a_key_of_a_family_the_loader_refuses_verifies_nothing() -> None:
+    """A `JwtConfig` built by hand (past the loader's checks) with an Ed25519 key: the
+    verifier keeps the key apart, so an ES256 token meets no key instead of an error."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    from sentinel_core._config import JwtConfig, JwtKey
+
+    ed_pem = (
+        ed25519.Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+    verify = JwtVerifier(JwtConfig(algorithms=("ES256",), keys=(JwtKey(None, ed_pem, True),)))
+    token = mint(claims(), ec_private_key(), "ES256")
+
+    error = refusal(verify, bearer(token))
+    assert error.error == "invalid_token"
+    assert error.description == "token signature invalid"
