@@ -45,10 +45,12 @@ def request_view(
 
 def make_sentinel(config: Mapping[str, Any], **options: Any) -> Sentinel:
     """A `Sentinel` with its own metrics registry and no entry-point plugins, unless
-    the test asks for them."""
+    the test asks for them, and a generous Redis budget unless the config sets one: a
+    loaded CI machine must not turn a first contact (connect, NOSCRIPT, SCRIPT LOAD,
+    EVALSHA) into a redis_timeout. Failure paths set their own budgets."""
     options.setdefault("registry", CollectorRegistry())
     options.setdefault("entry_points", False)
-    return Sentinel(config, **options)
+    return Sentinel({"socket_timeout_ms": 2000, **config}, **options)
 
 
 def script_calls(client: redis.Redis) -> int:
