@@ -198,5 +198,13 @@ class AsyncSentinelManagedStore(AsyncRedisStore):
 
     def __init__(self, url: str, socket_timeout_ms: int) -> None:
         sentinels, service, sentinel_options, options = _sentinel_setup(url, socket_timeout_ms)
-        sentinel = redis.asyncio.sentinel.Sentinel(sentinels, **sentinel_options)  # type: ignore[no-untyped-call]
-        self.client = sentinel.master_for(service, retry=AsyncRetry(NoBackoff(), 0), **options)
+        self._sentinel = redis.asyncio.sentinel.Sentinel(sentinels, **sentinel_options)  # type: ignore[no-untyped-call]
+        self.client = self._sentinel.master_for(
+            service, retry=AsyncRetry(NoBackoff(), 0), **options
+        )
+
+    async def aclose(self) -> None:
+        """Close the primary's connections and those to the Sentinels (discovery)."""
+        await super().aclose()
+        for client in self._sentinel.sentinels:
+            await client.aclose()
