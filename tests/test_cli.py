@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sentinel_core import _cli as cli
+from sentinel_core import _demo as demo
 from sentinel_core._cli import main, redact_url
 from tests.support.redis_server import RedisServer, free_port
 
@@ -417,7 +417,7 @@ def test_demo_without_the_example_app_runs_the_core_demo(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "SOURCE_CHECKOUT", tmp_path)  # as from an installed wheel
+    monkeypatch.setattr(demo, "SOURCE_CHECKOUT", tmp_path)  # as from an installed wheel
     code, out = run(capsys, "demo", "--framework", "flask")
     assert code == 0
     assert "needs examples/flask_app.py" in out
@@ -428,7 +428,7 @@ def test_demo_prefers_the_example_app_of_the_current_directory(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     (tmp_path / "examples").mkdir()
-    shutil.copy(cli.SOURCE_CHECKOUT / "examples" / "flask_app.py", tmp_path / "examples")
+    shutil.copy(demo.SOURCE_CHECKOUT / "examples" / "flask_app.py", tmp_path / "examples")
     monkeypatch.chdir(tmp_path)
     code, out = run(capsys, "demo", "--framework", "flask")
     assert code == 0
