@@ -3,6 +3,7 @@
 from ._algorithms import ScriptReply
 from ._breaker import BreakerState, CircuitBreaker
 from ._config import AnonymousConfig, BreakerConfig, JwtConfig, JwtKey, SentinelConfig, load_config
+from ._connect import open_async_store, open_sync_store
 from ._emergency import EmergencyLimiter
 from ._engine import classify
 from ._errors import (
@@ -20,12 +21,15 @@ from ._metrics import MetricsPlugin
 from ._models import Algorithm, Decision, DecisionReason, FailMode, IdentityKind, Policy, Rate
 from ._protocol import Check, ServerReport
 from ._sentinel import Sentinel
+from ._stores import MEMORY_URL, AsyncStore, SyncStore
 from .hookspecs import hookimpl
 
 __all__ = [
+    "MEMORY_URL",
     "Algorithm",
     "AnonymousConfig",
     "AnonymousIdentity",
+    "AsyncStore",
     "AuthError",
     "BreakerConfig",
     "BreakerState",
@@ -54,11 +58,14 @@ __all__ = [
     "SentinelError",
     "ServerReport",
     "StartupError",
+    "SyncStore",
     "TenantIdentity",
     "UnknownEndpointError",
     "classify",
     "hookimpl",
     "load_config",
+    "open_async_store",
+    "open_sync_store",
 ]
 
 __version__ = "0.1.0"

@@ -12,9 +12,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from sentinel_core import Sentinel, StartupError
-from sentinel_core._connect import open_async_store
-from sentinel_core._stores import MEMORY_URL, AsyncStore
+from sentinel_core import MEMORY_URL, AsyncStore, Sentinel, StartupError, open_async_store
 
 from . import _loops
 

@@ -33,8 +33,7 @@ from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-u
 from django.urls import URLPattern, URLResolver, get_resolver  # type: ignore[import-untyped]
 from redis.exceptions import RedisError
 
-from sentinel_core import ConfigError, StartupError, UnknownEndpointError, load_config
-from sentinel_core._stores import MEMORY_URL
+from sentinel_core import MEMORY_URL, ConfigError, StartupError, UnknownEndpointError, load_config
 
 from . import conf
 from .decorators import view_endpoints
