@@ -98,9 +98,17 @@ class CircuitBreaker:
 
     def acquire(self) -> Permit | None:
         """A permit to call Redis, or None when the call must short-circuit."""
+        # Lock-free for the two states nearly every call meets. Read the permit before
+        # the state: if a transition slips in between, the permit is of an older
+        # generation and its result will be ignored, never miscounted.
+        closed_permit, state = self._permit, self._state
+        if state is BreakerState.CLOSED:
+            return closed_permit
+        if state is BreakerState.OPEN and self._clock() - self._opened_at < self._open_seconds:
+            return None
         with self._lock:
             changed = self._elapse_quarantine()
-            permit = None
+            permit: Permit | None = None
             if self._state is BreakerState.CLOSED:
                 permit = self._permit
             elif (
@@ -129,7 +137,7 @@ class CircuitBreaker:
             if permit.generation == self._generation:
                 if permit.probe:
                     changed = self._fire(_Event.PROBE_FAILED)
-                else:
+                elif self._state is BreakerState.CLOSED:
                     self._failures += 1
                     if self._failures >= self._threshold:
                         changed = self._fire(_Event.THRESHOLD_REACHED)
@@ -143,10 +151,9 @@ class CircuitBreaker:
 
     def retry_after_seconds(self) -> int | None:
         """Whole seconds (>= 1) left in the OPEN quarantine, or None when not OPEN."""
-        with self._lock:
-            if self._state is not BreakerState.OPEN:
-                return None
-            left = self._opened_at + self._open_seconds - self._clock()
+        if self._state is not BreakerState.OPEN:  # read without the lock: a hint only
+            return None
+        left = self._opened_at + self._open_seconds - self._clock()
         return max(1, math.ceil(left))
 
     # Everything below runs with the lock held and returns the transition it made.

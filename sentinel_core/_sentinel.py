@@ -211,5 +211,20 @@ class Sentinel:
             await self._async_store.aclose()
 
 
+_RECENT_TENANTS_MAX = 4_096
+_recent_tenants: dict[str, TenantIdentity] = {}
+
+
 def _identity(identity: str | Identity) -> Identity:
-    return TenantIdentity(identity) if isinstance(identity, str) else identity
+    """The `Identity` of a tenant id, remembered for the most active tenants: hashing
+    is a third of a short-circuited decision's cost. The memory is bounded (emptied when
+    full, which costs one re-hash per tenant) and safe to share: identities are
+    immutable, and a lost race only hashes twice."""
+    if not isinstance(identity, str):
+        return identity
+    tenant = _recent_tenants.get(identity)
+    if tenant is None:
+        if len(_recent_tenants) >= _RECENT_TENANTS_MAX:
+            _recent_tenants.clear()
+        tenant = _recent_tenants[identity] = TenantIdentity(identity)
+    return tenant
