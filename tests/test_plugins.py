@@ -339,3 +339,43 @@ def test_every_hook_is_called_by_one_guarded_request_on_a_failing_redis() -> Non
         sentinel.close()
     assert outcome.status == 503
     assert sorted(called) == hook_names()
+
+
+def test_a_plugin_passed_twice_is_registered_and_called_once() -> None:
+    class Counting:
+        def __init__(self) -> None:
+            self.decisions = 0
+
+        @hookimpl
+        def sentinel_decision(self, decision: Any, request: Any) -> None:
+            self.decisions += 1
+
+    counting = Counting()
+    sentinel = make_sentinel(config("memory://"), plugins=[counting, counting])
+    sentinel.evaluate(ENDPOINT, "tenant-a")
+
+    assert [p for p in sentinel.hooks.manager.get_plugins() if p is counting] == [counting]
+    assert counting.decisions == 1
+
+
+def test_an_entry_point_whose_name_is_blocked_or_taken_is_not_loaded(installed: Path) -> None:
+    from sentinel_core._plugins import load_entry_points
+
+    blocked = make_plugin_manager(entry_points=False)
+    blocked.set_blocked(ENTRY_POINT)
+    assert load_entry_points(blocked) == []
+    assert PACKAGE not in sys.modules  # not even imported
+
+    class StandIn:
+        """Another plugin registered under the entry point's name first."""
+
+    taken = make_plugin_manager(entry_points=False)
+    stand_in = StandIn()
+    taken.register(stand_in, name=ENTRY_POINT)
+    assert load_entry_points(taken) == []
+    assert taken.get_plugin(ENTRY_POINT) is stand_in
+    assert PACKAGE not in sys.modules
+
+    loaded = make_plugin_manager(entry_points=True)
+    assert loaded.get_plugin(ENTRY_POINT) is not None
+    assert load_entry_points(loaded) == []  # loading again adds nothing

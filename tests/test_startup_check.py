@@ -172,3 +172,20 @@ async def test_async_check_on_a_dead_port_raises_connection_error(sentinel_for: 
             await sentinel.acheck()
     finally:
         await sentinel.aclose()
+
+
+@pytest.mark.parametrize(
+    ("version", "ok"),
+    [("8.1.0", True), ("6.2.0", True), ("6.0.16", False), ("unknown", False), ("7.x.1", False)],
+)
+def test_the_version_check_needs_6_2_and_refuses_a_version_it_cannot_read(
+    version: str, ok: bool
+) -> None:
+    from sentinel_core._protocol import _version_check
+
+    check = _version_check(version)
+
+    assert check.name == "redis version"
+    assert check.ok is ok
+    assert check.detail.startswith(version)
+    assert ("Sentinel needs 6.2 or newer" in check.detail) is not ok
