@@ -137,7 +137,9 @@ class CircuitBreaker:
             if permit.generation == self._generation:
                 if permit.probe:
                     changed = self._fire(_Event.PROBE_FAILED)
-                elif self._state is BreakerState.CLOSED:
+                else:
+                    # A plain permit is handed out only while CLOSED, and every transition
+                    # starts a new generation: one of this generation means still CLOSED.
                     self._failures += 1
                     if self._failures >= self._threshold:
                         changed = self._fire(_Event.THRESHOLD_REACHED)

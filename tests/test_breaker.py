@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -491,3 +492,40 @@ def test_transitions_reach_the_listener_in_the_order_they_happened(clock: FakeCl
     slow.join(timeout=5)
     assert breaker.state is CLOSED
     assert seen == [(CLOSED, OPEN), (OPEN, HALF_OPEN), (HALF_OPEN, CLOSED)]
+
+
+class InterleavingClock(FakeClock):
+    """Runs ``interleave`` once, at its next reading: stands for what another thread does
+    between a caller's lock-free look at the state and its taking the lock."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.interleave: Callable[[], None] | None = None
+
+    def __call__(self) -> float:
+        action, self.interleave = self.interleave, None
+        if action is not None:
+            action()
+        return self.now
+
+
+def test_a_caller_that_finds_it_closed_once_it_holds_the_lock_gets_a_current_plain_permit() -> None:
+    clock = InterleavingClock()
+    breaker = make_breaker(clock, threshold=1)
+    trip(breaker, threshold=1)
+    clock.advance(30)
+
+    def another_caller_probes_and_closes_it() -> None:
+        probe = breaker.acquire()
+        assert probe is not None
+        assert probe.probe
+        breaker.record_success(probe)
+        assert breaker.state is CLOSED
+
+    clock.interleave = another_caller_probes_and_closes_it
+    permit = breaker.acquire()  # saw OPEN without the lock; CLOSED once it had it
+
+    assert permit is not None
+    assert not permit.probe
+    breaker.record_failure(permit)  # a permit of the current generation: it counts
+    assert breaker.state is OPEN
