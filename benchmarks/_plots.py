@@ -85,3 +85,22 @@ def timeline_png(
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def latency_bars_png(path: Path, rows: Sequence[tuple[str, float, float]], *, title: str) -> None:
+    """Side-by-side p50 and p99 bars (µs) for each named contender."""
+    plt = _pyplot()
+    names = [name for name, _, _ in rows]
+    positions = range(len(rows))
+    figure, axis = plt.subplots(figsize=(9, 3.6))
+    axis.bar([p - 0.2 for p in positions], [p50 for _, p50, _ in rows], width=0.4, label="p50")
+    axis.bar([p + 0.2 for p in positions], [p99 for _, _, p99 in rows], width=0.4, label="p99")
+    axis.set_xticks(list(positions), names, fontsize=8)
+    axis.set_yscale("log")  # p99s on a busy machine dwarf the medians
+    axis.set_ylabel("µs per decision (log scale)")
+    axis.set_title(title, fontsize=11)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

@@ -11,7 +11,7 @@
    minus admissions Redis remembers = writes lost to asynchronous replication = the
    over-admission a failover can cause.
 
-Run: ``python benchmarks/bench_cluster.py [--quick]``
+Run: ``python benchmarks/bench_cluster.py [--quick] [--plot docs/img/cluster-latency.png]``
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ import argparse
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from _common import machine_note, markdown_table, private_redis, run_rounds
+from _plots import latency_bars_png
 
 from sentinel_core import AnonymousIdentity, DecisionReason, Sentinel, TenantIdentity
 from tests.support.redis_cluster import RedisCluster, SentinelDeployment
@@ -43,7 +45,7 @@ def _sentinel(url: str, timeout_ms: int = 1000) -> Sentinel:
     return sentinel
 
 
-def latency(single: Sentinel, cluster: Sentinel, rounds: int) -> str:
+def latency(single: Sentinel, cluster: Sentinel, rounds: int, plot: Path | None) -> str:
     counter = iter(range(10**9))
     anon = AnonymousIdentity("device-1", "ipv4:192.0.2.1")
 
@@ -61,6 +63,9 @@ def latency(single: Sentinel, cluster: Sentinel, rounds: int) -> str:
         per_round=200,
     )
     rows = [[s.name, s.p50_us, s.p99_us, s.per_second] for s in results.values()]
+    if plot is not None:
+        bars = [(s.name.replace(": ", "\n"), s.p50_us, s.p99_us) for s in results.values()]
+        latency_bars_png(plot, bars, title="Decision latency: single Redis vs 3+3 cluster")
     ratio = results["cluster: tenant"].p50_us / results["single: tenant"].p50_us
     anon_ratio = results["cluster: anonymous AND"].p50_us / results["cluster: tenant"].p50_us
     return (
@@ -96,12 +101,21 @@ def failover(url: str, kill: Any, threads: int = 8) -> dict[str, Any]:
 
     def worker() -> None:
         while not done.is_set():
+            started = time.monotonic()
             decision = sentinel.evaluate("hot", "tenant-hot")
             with lock:
                 reasons[decision.reason] += 1
                 if state["killed_at"] and not decision.allowed and not state["failed_at"]:
                     state["failed_at"] = time.monotonic()
-                if state["failed_at"] and decision.allowed and not state["recovered_at"]:
+                # recovered: an admission by a call that began after the first failure
+                # (a call in flight at the kill may still be answered by the old primary)
+                failed_at = state["failed_at"]
+                if (
+                    failed_at
+                    and started > failed_at
+                    and decision.allowed
+                    and not state["recovered_at"]
+                ):
                     state["recovered_at"] = time.monotonic()
             if not decision.allowed:
                 time.sleep(0.005)
@@ -139,6 +153,7 @@ def failover(url: str, kill: Any, threads: int = 8) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--plot", type=Path, help="also draw the latency bars into this PNG")
     args = parser.parse_args()
     rounds = 5 if args.quick else 20
     print(f"# Cluster benchmark\n\n{machine_note()}\n")
@@ -147,7 +162,7 @@ def main() -> None:
         try:
             single, cluster = _sentinel(server.url), _sentinel(cluster_deployment.url)
             print("## Decision latency (sync evaluate, sequential)\n")
-            print(latency(single, cluster, rounds) + "\n")
+            print(latency(single, cluster, rounds, args.plot) + "\n")
             seconds = 2.0 if args.quick else 5.0
             print("## Throughput, 8 threads\n")
             rows = [
