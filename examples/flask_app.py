@@ -48,6 +48,7 @@ def sentinel_config() -> dict[str, Any]:
     """The configuration, from the environment (with development defaults)."""
     return {
         "redis_url": os.environ.get("SENTINEL_REDIS_URL", "memory://"),
+        "socket_timeout_ms": int(os.environ.get("SENTINEL_SOCKET_TIMEOUT_MS", "20")),
         "jwt": {
             "algorithms": ["HS256"],
             "key": os.environ.get("SENTINEL_JWT_KEY", DEV_JWT_KEY),

@@ -51,6 +51,7 @@ MIDDLEWARE = [
 
 SENTINEL = {
     "redis_url": os.environ.get("SENTINEL_REDIS_URL", "memory://"),
+    "socket_timeout_ms": int(os.environ.get("SENTINEL_SOCKET_TIMEOUT_MS", "20")),
     "jwt": {"algorithms": ["HS256"], "key": os.environ.get("SENTINEL_JWT_KEY", DEV_JWT_KEY)},
     "anonymous": {
         "cookie_secret": os.environ.get("SENTINEL_COOKIE_SECRET", DEV_COOKIE_SECRET),
