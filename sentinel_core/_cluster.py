@@ -28,6 +28,7 @@ import redis.asyncio.cluster
 import redis.asyncio.sentinel
 import redis.cluster
 import redis.sentinel
+from redis._parsers import AsyncCommandsParser
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -143,6 +144,27 @@ class ClusterStore:
             self._client.close()
 
 
+class _LazyCommandsParser(AsyncCommandsParser):
+    """redis-py's key finder, fetching ``COMMAND`` when a command first needs it rather
+    than when the client connects.
+
+    The reply describes every command Redis knows (thousands of lines to parse: 30 ms
+    and more per connect), and this store never needs it: ``EVALSHA``'s keys are read
+    from its arguments, and every other command it sends names its target nodes. A
+    client per event loop (Django's async views under WSGI run one loop per request)
+    would otherwise pay that parse on every request.
+    """
+
+    async def initialize(self, node: Any = None) -> None:
+        if node:
+            self.node = node
+
+    async def get_keys(self, *args: Any) -> tuple[str, ...] | None:
+        if not self.commands:
+            await super().initialize()
+        return await super().get_keys(*args)
+
+
 class AsyncClusterStore:
     """A non-blocking store on `redis.asyncio.cluster.RedisCluster`."""
 
@@ -156,6 +178,7 @@ class AsyncClusterStore:
             retry=AsyncRetry(NoBackoff(), 0),
             **_cluster_options(socket_timeout_ms),
         )
+        self.client.commands_parser = _LazyCommandsParser()
 
     async def arun(self, call: ScriptCall) -> Any:
         with _classified():

@@ -7,7 +7,19 @@ from typing import Any
 
 import pytest
 
+from tests.support.redis_admin import RedisAdmin
+from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--redis-store",
+        choices=("single", "cluster"),
+        default="single",
+        help="what `redis_url` points at: our private redis-server (single, the default) "
+        "or our local Redis Cluster, 3 primaries + 3 replicas (cluster)",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -18,13 +30,26 @@ def redis_server() -> Iterator[RedisServer]:
     server.close()
 
 
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """Our local Redis Cluster (3 primaries + 3 replicas), started on first use."""
+    cluster = RedisCluster().start()
+    yield cluster
+    cluster.close()
+
+
 @pytest.fixture
-def redis_url(redis_server: RedisServer) -> str:
-    """The private server's URL, emptied for this test (it is ours alone to flush)."""
-    client = redis_server.client()
-    client.flushall()
-    client.close()
-    return redis_server.url
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """The store chosen by ``--redis-store``, emptied for this test (it is ours alone to
+    flush): the private server's ``redis://`` URL, or the cluster's ``redis+cluster://``
+    one with every primary flushed. Inspect it with `RedisAdmin`, which sees it whole."""
+    store = request.getfixturevalue(
+        "redis_cluster" if request.config.getoption("redis_store") == "cluster" else "redis_server"
+    )
+    admin = RedisAdmin(store.url)
+    admin.flushall()
+    admin.close()
+    return str(store.url)
 
 
 @pytest.fixture(scope="session")

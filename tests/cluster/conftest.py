@@ -1,4 +1,8 @@
-"""A real Redis Cluster (3 primaries + 3 replicas) and a Sentinel-managed pair."""
+"""A real Redis Cluster (3 primaries + 3 replicas) and a Sentinel-managed pair.
+
+The shared cluster, `redis_cluster`, is tests/conftest.py's: ``--redis-store=cluster``
+runs the adapter suites on the same one.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +13,6 @@ import pytest
 
 from sentinel_core import Sentinel
 from tests.support.redis_cluster import RedisCluster, SentinelDeployment
-
-
-@pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[RedisCluster]:
-    cluster = RedisCluster().start()
-    yield cluster
-    cluster.close()
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ from typing import Any
 
 import jwt
 import pytest
-import redis
 from django_harness import Configure, Http
 
 from tests.support.adapter_config import COOKIE_SECRET, JWT_KEY, bearer
+from tests.support.redis_admin import RedisAdmin
 
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 REDUCED_CAPACITY = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
@@ -32,9 +32,9 @@ def _remaining(response: Any) -> int:
 
 
 def _dbsize(url: str) -> int:
-    client = redis.Redis.from_url(url)
+    client = RedisAdmin(url)
     try:
-        return int(client.dbsize())
+        return client.dbsize()
     finally:
         client.close()
 

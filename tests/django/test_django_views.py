@@ -9,7 +9,6 @@ from typing import Any
 
 import django
 import pytest
-import redis
 from asgiref.sync import iscoroutinefunction
 from django.apps import apps
 from django.test import AsyncClient, Client, override_settings
@@ -20,6 +19,7 @@ from sentinel_core import Sentinel, StartupError, UnknownEndpointError
 from sentinel_django import _loops, conf, rate_limited
 from sentinel_django.middleware import SentinelMiddleware
 from tests.support.adapter_config import bearer
+from tests.support.redis_admin import RedisAdmin
 from tests.support.redis_server import RedisServer
 
 SYNC_INGEST_VIEWS = {
@@ -41,8 +41,8 @@ if django.VERSION >= (5, 0):  # method_decorator keeps async methods async from 
     ASYNC_INGEST_VIEWS["/async/cbv-handler"] = "async-cbv-handler"
 
 
-def _redis(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url)
+def _redis(url: str) -> RedisAdmin:
+    return RedisAdmin(url)
 
 
 def _command_calls(url: str, command: str) -> int:
@@ -229,6 +229,7 @@ def test_startup_check_runs_once_before_the_first_guarded_request(
     configure()
     admin = _redis(redis_url)
     admin.config_resetstat()
+    primaries = len(admin.nodes)
     admin.close()
     results: list[int] = []
 
@@ -244,15 +245,14 @@ def test_startup_check_runs_once_before_the_first_guarded_request(
         thread.join()
 
     assert sorted(results) == [200, 200, 200, 429, 429, 429]
-    assert _command_calls(redis_url, "info") == 2  # INFO server + INFO memory, once
-    assert _command_calls(redis_url, "script|load") == 2  # both scripts, once
+    # INFO server + INFO memory, and both scripts: once (on each primary of a cluster)
+    assert _command_calls(redis_url, "info") == 2 * primaries
+    assert _command_calls(redis_url, "script|load") == 2 * primaries
 
 
-def test_app_ready_builds_sentinel_without_network_io(
-    configure: Configure, redis_server: RedisServer
-) -> None:
+def test_app_ready_builds_sentinel_without_network_io(configure: Configure, redis_url: str) -> None:
     configure()
-    admin = redis_server.client()
+    admin = _redis(redis_url)
     before = int(admin.info("stats")["total_connections_received"])
     apps.get_app_config("sentinel").ready()
     built = conf._runtime

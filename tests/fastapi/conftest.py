@@ -14,14 +14,14 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from starlette.types import Message
 
 from sentinel_fastapi import Sentinel
 from tests.fastapi.apps import MakeApp, Probe, build_app
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.redis_admin import RedisAdmin
+from tests.support.redis_server import free_port
 
 PEER = ("203.0.113.7", 50000)
 
@@ -104,8 +104,8 @@ def dead_redis_url() -> str:
 
 
 @pytest.fixture
-def redis_client(redis_url: str, redis_server: RedisServer) -> Iterator[redis.Redis]:
-    """A client of the private server, emptied for this test."""
-    connection = redis_server.client()
-    yield connection
-    connection.close()
+def redis_client(redis_url: str) -> Iterator[RedisAdmin]:
+    """The store under test, seen whole (every primary of a cluster), emptied for this test."""
+    admin = RedisAdmin(redis_url)
+    yield admin
+    admin.close()

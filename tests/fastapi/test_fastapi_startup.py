@@ -16,6 +16,7 @@ from sentinel_fastapi import Sentinel, rate_limited
 from tests.fastapi.apps import MakeApp, Probe
 from tests.fastapi.conftest import LifespanFailed, lifespan, serve
 from tests.support.adapter_config import bearer, spec_config
+from tests.support.redis_admin import RedisAdmin
 from tests.support.redis_server import RedisServer
 
 
@@ -113,9 +114,9 @@ async def test_unreachable_redis_logs_an_error_and_the_app_starts(
 
 
 async def test_sentinel_closes_its_redis_connections_at_shutdown(
-    make_app: MakeApp, redis_url: str, redis_server: RedisServer
+    make_app: MakeApp, redis_url: str
 ) -> None:
-    monitor = redis_server.client()
+    monitor = RedisAdmin(redis_url)
     baseline = len(monitor.client_list())
     async with serve(make_app(spec_config(redis_url))) as http:
         await http.post("/v1/ingest", headers={"Authorization": bearer("acme")})

@@ -11,13 +11,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import redis
 from flask import Flask
 from prometheus_client import CollectorRegistry
 
 from sentinel_flask import Sentinel
 from tests.flask.apps import MakeApp, register_views
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.redis_admin import RedisAdmin
+from tests.support.redis_server import free_port
 
 
 @pytest.fixture
@@ -59,8 +59,8 @@ def dead_redis_url() -> str:
 
 
 @pytest.fixture
-def redis_client(redis_url: str, redis_server: RedisServer) -> Iterator[redis.Redis]:
-    """A client of the private server (emptied for this test)."""
-    client = redis_server.client()
-    yield client
-    client.close()
+def redis_client(redis_url: str) -> Iterator[RedisAdmin]:
+    """The store under test, seen whole (every primary of a cluster), emptied for this test."""
+    admin = RedisAdmin(redis_url)
+    yield admin
+    admin.close()

@@ -253,8 +253,9 @@ def test_app_factory_serves_two_apps_with_different_policies_in_one_process(
     sentinel = Sentinel(registry=CollectorRegistry())
     strict = spec_config(redis_url)
     strict["policies"]["resumint.tailor"]["burst"] = 1
-    lenient = spec_config(redis_url.rsplit("/", 1)[0] + "/1")  # its own database
+    lenient = spec_config(redis_url)
     lenient["policies"]["resumint.tailor"]["burst"] = 4
+    lenient["policies"]["resumint.tailor"]["version"] = 2  # its own buckets
 
     first = make_app(strict, sentinel=sentinel)
     second = make_app(lenient, sentinel=sentinel)
