@@ -353,11 +353,13 @@ def assert_example_demo(out: str) -> None:
     assert all(row[3] != "?" for row in rows)  # every reason was read back from the metrics
     for tenant in ("acme", "globex"):
         bucket = by_endpoint(rows, "resumint.tailor", tenant)[:22]
-        assert [row[:2] for row in bucket] == [["200", "allowed"]] * 20 + [
-            ["429", "rate_limited"]
-        ] * 2
+        assert [row[:2] for row in bucket[:20]] == [["200", "allowed"]] * 20
+        # The bucket refills 5 tokens a second on the real clock: on a slow run one of
+        # the last two may find a fresh token, but not both (they follow in < 0.2 s).
+        denied = [row for row in bucket[20:] if row[:2] == ["429", "rate_limited"]]
+        assert denied
+        assert all(int(row[3]) >= 1 for row in denied)
         assert [row[2] for row in bucket[:3]] == ["19", "18", "17"]  # from RateLimit: r=
-        assert all(int(row[3]) >= 1 for row in bucket[20:])
     window = by_endpoint(rows, "pdftalk.ingest")[:12]
     assert [row[:2] for row in window] == [["200", "allowed"]] * 10 + [["429", "rate_limited"]] * 2
     outage = out[out.index("3. Redis unreachable") :]
