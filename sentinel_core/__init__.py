@@ -2,7 +2,8 @@
 
 from ._algorithms import ScriptReply
 from ._breaker import BreakerState, CircuitBreaker
-from ._config import AnonymousConfig, BreakerConfig, JwtConfig, JwtKey, SentinelConfig, load_config
+from ._config import BreakerConfig, SentinelConfig, load_config
+from ._config_identity import AnonymousConfig, JwtConfig, JwtKey
 from ._connect import open_async_store, open_sync_store
 from ._emergency import EmergencyLimiter
 from ._engine import classify

@@ -23,7 +23,7 @@ import ipaddress
 import re
 import secrets
 
-from ._config import AnonymousConfig
+from ._config_identity import AnonymousConfig
 
 COOKIE_VERSION = "v1"
 _DEVICE_ID_BYTES = 16

@@ -29,7 +29,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from ._config import JwtConfig, JwtKey
+from ._config_identity import JwtConfig, JwtKey
 from ._errors import SentinelError
 
 MAX_TOKEN_LENGTH = 8192

@@ -488,7 +488,7 @@ def test_a_key_of_a_family_the_loader_refuses_verifies_nothing() -> None:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
-    from sentinel_core._config import JwtConfig, JwtKey
+    from sentinel_core._config_identity import JwtConfig, JwtKey
 
     ed_pem = (
         ed25519.Ed25519PrivateKey.generate()
