@@ -155,9 +155,9 @@ class _LazyCommandsParser(AsyncCommandsParser):
     would otherwise pay that parse on every request.
     """
 
-    async def initialize(self, node: Any = None) -> None:
-        if node:
-            self.node = node
+    async def initialize(self, node: redis.asyncio.cluster.ClusterNode | None = None) -> None:
+        # Remember which node to ask (as redis-py does), but ask nothing yet.
+        self.node = node or self.node
 
     async def get_keys(self, *args: Any) -> tuple[str, ...] | None:
         if not self.commands:
