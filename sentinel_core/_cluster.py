@@ -35,6 +35,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
+from ._connections import AsyncPoolConnections, PoolConnections
 from ._errors import ConfigError
 from ._protocol import Check, ServerReport, adrive, check_server, drive, run_script
 from ._scripts import ScriptCall
@@ -214,6 +215,7 @@ class SentinelManagedStore(RedisStore):
         sentinels, service, sentinel_options, options = _sentinel_setup(url, socket_timeout_ms)
         sentinel = redis.sentinel.Sentinel(sentinels, **sentinel_options)  # type: ignore[no-untyped-call]
         self.client = sentinel.master_for(service, retry=Retry(NoBackoff(), 0), **options)  # type: ignore[no-untyped-call]
+        self.connections = PoolConnections(self.client.connection_pool)
 
 
 class AsyncSentinelManagedStore(AsyncRedisStore):
@@ -225,6 +227,7 @@ class AsyncSentinelManagedStore(AsyncRedisStore):
         self.client = self._sentinel.master_for(
             service, retry=AsyncRetry(NoBackoff(), 0), **options
         )
+        self.connections = AsyncPoolConnections(self.client.connection_pool)
 
     async def aclose(self) -> None:
         """Close the primary's connections and those to the Sentinels (discovery)."""

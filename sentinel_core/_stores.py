@@ -19,6 +19,12 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from ._connections import (
+    AsyncConnectionStack,
+    AsyncPoolConnections,
+    ConnectionStack,
+    PoolConnections,
+)
 from ._protocol import (
     Check,
     Command,
@@ -76,15 +82,15 @@ def connection_options(socket_timeout_ms: int) -> dict[str, Any]:
 
 
 def sends_directly(client: redis.Redis | redis.asyncio.Redis) -> bool:
-    """Whether a script call may go straight to a pooled connection of ``client``.
+    """Whether a script call may go straight to an idle connection of ``client``.
 
     Only when ``execute_command`` is redis-py's own, neither replaced on the instance
     or the class nor wrapped (tracing instrumentation wraps it, and its spans must not
     vanish), and the client is not a single-connection one. What the direct path
     skips is bookkeeping that Sentinel's options make inert (retries: none; health
-    checks: none; response callbacks: none for EVALSHA); what it keeps is the pool
-    (its stale-connection check and fork safety) and the connection's own handling of
-    errors (a failed socket is disconnected).
+    checks: none; response callbacks: none for EVALSHA); what it keeps is a stale-
+    connection check and fork safety (`ConnectionStack`) and the connection's own
+    handling of errors (a failed socket is disconnected).
     """
     method = client.execute_command
     return (
@@ -113,6 +119,9 @@ class RedisStore:
         self.client = redis.Redis.from_url(
             url, retry=Retry(NoBackoff(), 0), **connection_options(socket_timeout_ms)
         )
+        self.connections: ConnectionStack | PoolConnections = ConnectionStack(
+            self.client.connection_pool
+        )
 
     def run(self, call: ScriptCall) -> Any:
         client = self.client
@@ -121,19 +130,20 @@ class RedisStore:
         )
 
     def _send(self, *command: Any) -> Any:
-        """One command on a pooled connection, as ``execute_command`` would send it."""
-        pool = self.client.connection_pool
-        connection: Any = pool.get_connection()
+        """One command on an idle connection, as ``execute_command`` would send it."""
+        connections = self.connections
+        connection = connections.acquire()
         try:
             connection.send_packed_command(_packed(connection, command))
             return connection.read_response()
         finally:
-            pool.release(connection)
+            connections.release(connection)
 
     def check(self, require_noeviction: bool) -> ServerReport:
         return drive(check_server(require_noeviction), self.client.execute_command)
 
     def close(self) -> None:
+        self.connections.close()
         self.client.close()
 
 
@@ -144,6 +154,9 @@ class AsyncRedisStore:
         self.client = redis.asyncio.Redis.from_url(
             url, retry=AsyncRetry(NoBackoff(), 0), **connection_options(socket_timeout_ms)
         )
+        self.connections: AsyncConnectionStack | AsyncPoolConnections = AsyncConnectionStack(
+            self.client.connection_pool
+        )
 
     async def arun(self, call: ScriptCall) -> Any:
         client = self.client
@@ -153,18 +166,19 @@ class AsyncRedisStore:
 
     async def _send(self, *command: Any) -> Any:
         """`RedisStore._send` on the asyncio client."""
-        pool = self.client.connection_pool
-        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        connections = self.connections
+        connection = await connections.acquire()
         try:
             await connection.send_packed_command(_packed(connection, command))
             return await connection.read_response()
         finally:
-            await pool.release(connection)
+            await connections.release(connection)
 
     async def acheck(self, require_noeviction: bool) -> ServerReport:
         return await adrive(check_server(require_noeviction), self.client.execute_command)
 
     async def aclose(self) -> None:
+        await self.connections.close()
         await self.client.aclose()
 
 

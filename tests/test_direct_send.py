@@ -16,6 +16,7 @@ import pytest
 import redis
 import redis.asyncio
 from prometheus_client import CollectorRegistry
+from redis.connection import PythonRespSerializer
 
 from sentinel_core import Sentinel, TenantIdentity, _protocol
 from sentinel_core._protocol import pack_evalsha
@@ -33,9 +34,11 @@ def make_sentinel(url: str, algorithm: str = "token_bucket") -> Sentinel:
     return Sentinel(config, registry=CollectorRegistry(), entry_points=False)
 
 
-def redis_py_frame(*command: Any) -> bytes:
-    connection = redis.Connection()
-    return b"".join(connection.pack_command(*command))
+def redis_py_frame(*command: Any, encoding: str = "utf-8") -> bytes:
+    """The frame redis-py's own serializer builds. (With hiredis installed redis-py packs
+    with hiredis instead, which encodes every ``str`` as UTF-8 whatever ``encoding``.)"""
+    encoder = redis.Connection(encoding=encoding).encoder
+    return b"".join(PythonRespSerializer(6_000, encoder.encode).pack(*command))
 
 
 @pytest.mark.parametrize(
@@ -53,9 +56,7 @@ def test_the_frame_is_what_redis_py_would_send(command: tuple[Any, ...]) -> None
 
 def test_keys_are_encoded_like_redis_py_encodes_them() -> None:
     command = ("EVALSHA", "d" * 40, 1, "clé", 1)
-    assert pack_evalsha(command, "latin-1") == b"".join(
-        redis.Connection(encoding="latin-1").pack_command(*command)
-    )
+    assert pack_evalsha(command, "latin-1") == redis_py_frame(*command, encoding="latin-1")
 
 
 def test_the_frame_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

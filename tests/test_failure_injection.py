@@ -32,6 +32,7 @@ from sentinel_core import (
     Sentinel,
     TenantIdentity,
 )
+from sentinel_core._connections import AsyncConnectionStack
 from sentinel_core._stores import AsyncRedisStore, RedisStore
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.tcp_proxy import TcpProxy
@@ -161,7 +162,7 @@ def test_proxy_forwards_and_counts_one_evalsha_per_decision_on_one_connection(
         sentinel.close()
     assert {d.reason for d in decisions} == {R.ALLOWED}
     assert proxy.commands == [b"EVALSHA"] * 30
-    assert proxy.accepted == 0, "the pooled connection of check() was reused"
+    assert proxy.accepted == 1, "one connection carries every decision"
     assert proxy.bytes_to_clients > 0
 
 
@@ -843,6 +844,7 @@ async def test_a_cancelled_call_hands_back_the_probe(
         proxy.mode = "blackhole"
         await store.client.aclose()
         store.client = redis.asyncio.Redis.from_url(proxy.url, socket_timeout=5)
+        store.connections = AsyncConnectionStack(store.client.connection_pool)
         task = asyncio.create_task(sentinel.aevaluate(CLOSED_EP, "t"))
         await asyncio.to_thread(wait_until, lambda: proxy.accepted > 0)
         assert not task.done(), task.result()
