@@ -23,7 +23,7 @@ from ._config import SentinelConfig
 from ._emergency import emergency_capacity_micro
 from ._errors import ConfigError, UnknownEndpointError
 from ._jwt import AuthError, JwtVerifier
-from ._keys import AnonymousIdentity, Identity, TenantIdentity
+from ._keys import AnonymousIdentity, Identity, TenantIdentity, tenant_identity
 from ._models import MICRO, Algorithm, Decision, DecisionReason, IdentityKind, Policy
 from ._plugins import Hooks
 
@@ -148,7 +148,7 @@ class HttpLayer:
             tenant = self._jwt.tenant_from_authorization(request.headers.get("authorization"))
         except AuthError as error:
             return unauthorized(error)
-        return Prepared(TenantIdentity(tenant), None)
+        return Prepared(tenant_identity(tenant), None)
 
     def outcome(self, decision: Decision, cookie: Cookie | None) -> Outcome:
         """SPEC §4's table for a decision.
@@ -271,7 +271,7 @@ def _custom_identity(custom: object) -> Identity | None:
     if custom is None or custom == "":
         return None
     if isinstance(custom, str):
-        return TenantIdentity(custom)
+        return tenant_identity(custom)
     if isinstance(custom, (TenantIdentity, AnonymousIdentity)):
         return custom
     raise TypeError(

@@ -34,6 +34,23 @@ class TenantIdentity:
         return (f"sentinel:v1:{{{self.hash}}}:{policy.endpoint_id}:{policy.version}",)
 
 
+_RECENT_TENANTS_MAX = 4_096
+_recent_tenants: dict[str, TenantIdentity] = {}
+
+
+def tenant_identity(tenant: str) -> TenantIdentity:
+    """The `TenantIdentity` of ``tenant``, remembered for the most active tenants:
+    hashing is a third of a short-circuited decision's cost. The memory is bounded
+    (emptied when full, which costs one re-hash per tenant) and safe to share:
+    identities are immutable, and a lost race only hashes twice."""
+    identity = _recent_tenants.get(tenant)
+    if identity is None:
+        if len(_recent_tenants) >= _RECENT_TENANTS_MAX:
+            _recent_tenants.clear()
+        identity = _recent_tenants[tenant] = TenantIdentity(tenant)
+    return identity
+
+
 @dataclass(frozen=True, slots=True)
 class AnonymousIdentity:
     """An anonymous client: its signed device id AND its network (IPv4 address or IPv6 /64).

@@ -21,7 +21,7 @@ from ._connect import open_async_store, open_sync_store
 from ._emergency import EmergencyLimiter
 from ._engine import DecisionEngine
 from ._http import HttpLayer, Outcome, Prepared, RequestView
-from ._keys import Identity, TenantIdentity
+from ._keys import Identity, tenant_identity
 from ._logging import DecisionLogPlugin
 from ._metrics import MetricsPlugin
 from ._models import Decision, Policy
@@ -211,20 +211,5 @@ class Sentinel:
             await self._async_store.aclose()
 
 
-_RECENT_TENANTS_MAX = 4_096
-_recent_tenants: dict[str, TenantIdentity] = {}
-
-
 def _identity(identity: str | Identity) -> Identity:
-    """The `Identity` of a tenant id, remembered for the most active tenants: hashing
-    is a third of a short-circuited decision's cost. The memory is bounded (emptied when
-    full, which costs one re-hash per tenant) and safe to share: identities are
-    immutable, and a lost race only hashes twice."""
-    if not isinstance(identity, str):
-        return identity
-    tenant = _recent_tenants.get(identity)
-    if tenant is None:
-        if len(_recent_tenants) >= _RECENT_TENANTS_MAX:
-            _recent_tenants.clear()
-        tenant = _recent_tenants[identity] = TenantIdentity(identity)
-    return tenant
+    return tenant_identity(identity) if isinstance(identity, str) else identity

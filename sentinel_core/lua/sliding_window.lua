@@ -26,23 +26,23 @@
 --           retry-after seconds (>= 1 when denied, else 0), reset seconds}
 
 local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local per_key = #ARGV >= 3 * #KEYS
+local now = time[1] * 1000000 + time[2]
+local n = #KEYS
+local shared = #ARGV < 3 * n
 
+-- Pass 1 reads every bucket and prepares its write; pass 2 writes, only if every
+-- bucket admitted.
 local allowed = 1
-local remaining = -1
-local retry_us = 0
-local reset_us = 0
-local counts = {}
+local remaining, retry_us, reset_us = nil, 0, 0
+local values, ttls = {}, {}
 
-for i, key in ipairs(KEYS) do
-  local base = per_key and (i - 1) * 3 or 0
-  local limit = tonumber(ARGV[base + 1])
-  local window = tonumber(ARGV[base + 2])
+for i = 1, n do
+  local base = shared and 0 or (i - 1) * 3
+  local limit, window = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
   local cost = tonumber(ARGV[base + 3])
   local start = idiv(now, window) * window
   local current, previous = 0, 0
-  local state = redis.call('GET', key)
+  local state = redis.call('GET', KEYS[i])
   if state then
     local c, p, s = string.match(state, '^(%d+):(%d+):(%d+)$')
     if c then
@@ -58,8 +58,10 @@ for i, key in ipairs(KEYS) do
     end
   end
   -- a window that starts ahead of TIME (TIME went back): Retry-After and reset wait for it
-  local ahead = math.max(0, start - now)
-  local elapsed = math.max(0, now - start)
+  local ahead, elapsed = 0, now - start
+  if elapsed < 0 then
+    ahead, elapsed = -elapsed, 0
+  end
   local weighted_previous = previous * (window - elapsed)
   if weighted_previous + (current + cost) * window <= limit * window then
     current = current + cost
@@ -73,23 +75,29 @@ for i, key in ipairs(KEYS) do
       -- only the next window can admit: there, this window's count is the previous one.
       wait = window - elapsed + window - idiv((limit - cost) * window, current)
     end
-    retry_us = math.max(retry_us, ahead + wait)
+    if ahead + wait > retry_us then retry_us = ahead + wait end
   end
-  counts[i] = {current, previous, start, window}
-  local left = idiv(math.max(0, limit * window - previous * (window - elapsed) - current * window), window)
-  if remaining < 0 or left < remaining then remaining = left end
-  reset_us = math.max(reset_us, ahead + window - elapsed)
+  local unused = limit * window - weighted_previous - current * window
+  local left = unused > 0 and idiv(unused, window) or 0
+  if remaining == nil or left < remaining then remaining = left end
+  if ahead + window - elapsed > reset_us then reset_us = ahead + window - elapsed end
+  if allowed == 1 then
+    -- "%.0f": Lua's default number format would print 16 digits as 1.7e+15
+    values[i] = string.format('%.0f:%.0f:%.0f', current, previous, start)
+    ttls[i] = ceil_div(start + 2 * window - now, 1000)
+  end
 end
 
 if allowed == 1 then
-  for i, key in ipairs(KEYS) do
-    local c = counts[i]
-    redis.call('SET', key, string.format('%.0f:%.0f:%.0f', c[1], c[2], c[3]),
-      'PX', math.max(1, ceil_div(c[3] + 2 * c[4] - now, 1000)))
+  for i = 1, n do
+    redis.call('SET', KEYS[i], values[i], 'PX', ttls[i] > 0 and ttls[i] or 1)
   end
 end
 
-local retry_after = 0
-if allowed == 0 then retry_after = math.max(1, ceil_div(retry_us, 1000000)) end
+local retry_after, reset = 0, ceil_div(reset_us, 1000000)
+if allowed == 0 then
+  retry_after = ceil_div(retry_us, 1000000)
+  if retry_after < 1 then retry_after = 1 end
+end
 return {allowed, tonumber(time[1]), tonumber(time[2]), remaining,
-        retry_after, math.max(1, ceil_div(reset_us, 1000000))}
+        retry_after, reset > 0 and reset or 1}

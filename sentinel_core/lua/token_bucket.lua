@@ -25,61 +25,61 @@
 --           retry-after seconds (>= 1 when denied, else 0), reset seconds}
 
 local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local per_key = #ARGV >= 4 * #KEYS
+local now = time[1] * 1000000 + time[2]
+local n = #KEYS
+local shared = #ARGV < 4 * n
 
+-- Pass 1 reads every bucket and prepares its write; pass 2 writes, only if every
+-- bucket admitted.
 local allowed = 1
-local remaining = -1
-local retry_us = 0
-local reset_us = 0
-local after = {}
-local ahead = {}
-local params = {}
+local remaining, retry_us, reset_us = nil, 0, 0
+local values, ttls = {}, {}
 
-for i, key in ipairs(KEYS) do
-  local base = per_key and (i - 1) * 4 or 0
-  local capacity = tonumber(ARGV[base + 1])
-  local count = tonumber(ARGV[base + 2])
-  local period = tonumber(ARGV[base + 3])
-  local cost = tonumber(ARGV[base + 4])
-  local fill_us = ceil_div(capacity * period, count)
-  params[i] = {capacity, count, period}
-  local tokens = capacity
-  ahead[i] = 0
-  local state = redis.call('GET', key)
+for i = 1, n do
+  local base = shared and 0 or (i - 1) * 4
+  local capacity, count = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
+  local period, cost = tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
+  local tokens, ahead = capacity, 0
+  local state = redis.call('GET', KEYS[i])
   if state then
     local stored, last = string.match(state, '^(%d+):(%d+)$')
     if stored then
       local elapsed = now - tonumber(last)
       if elapsed < 0 then
-        ahead[i] = -elapsed
-        elapsed = 0
+        ahead, elapsed = -elapsed, 0
       end
+      local fill_us = ceil_div(capacity * period, count)
       if elapsed > fill_us then elapsed = fill_us end
-      tokens = math.min(capacity, tonumber(stored) + idiv(elapsed * count, period))
+      tokens = tonumber(stored) + idiv(elapsed * count, period)
+      if tokens > capacity then tokens = capacity end
     end
   end
-  if tokens >= cost then
-    after[i] = tokens - cost
-  else
-    allowed = 0
-    after[i] = tokens
-    retry_us = math.max(retry_us, ahead[i] + ceil_div((cost - tokens) * period, count))
+  local after = tokens - cost
+  if after < 0 then
+    allowed, after = 0, tokens
+    local wait = ahead + ceil_div((cost - tokens) * period, count)
+    if wait > retry_us then retry_us = wait end
   end
-  if remaining < 0 or after[i] < remaining then remaining = after[i] end
+  if remaining == nil or after < remaining then remaining = after end
+  local refill_us = ahead + ceil_div((capacity - after) * period, count)
+  if refill_us > reset_us then reset_us = refill_us end
+  if allowed == 1 then
+    -- "%.0f": Lua's default number format would print 16 digits as 1.7e+15
+    values[i] = string.format('%.0f:%.0f', after, now + ahead)
+    ttls[i] = ceil_div(refill_us, 1000)
+  end
 end
 
-for i, key in ipairs(KEYS) do
-  local capacity, count, period = params[i][1], params[i][2], params[i][3]
-  local refill_us = ahead[i] + ceil_div((capacity - after[i]) * period, count)
-  reset_us = math.max(reset_us, refill_us)
-  if allowed == 1 then
-    redis.call('SET', key, string.format('%.0f:%.0f', after[i], now + ahead[i]),
-      'PX', math.max(1, ceil_div(refill_us, 1000)))
+if allowed == 1 then
+  for i = 1, n do
+    redis.call('SET', KEYS[i], values[i], 'PX', ttls[i] > 0 and ttls[i] or 1)
   end
 end
 
 local retry_after = 0
-if allowed == 0 then retry_after = math.max(1, ceil_div(retry_us, 1000000)) end
+if allowed == 0 then
+  retry_after = ceil_div(retry_us, 1000000)
+  if retry_after < 1 then retry_after = 1 end
+end
 return {allowed, tonumber(time[1]), tonumber(time[2]), idiv(remaining, 1000000),
         retry_after, ceil_div(reset_us, 1000000)}
