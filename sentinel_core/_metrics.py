@@ -26,6 +26,15 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 
 from ._breaker import BreakerState
 from ._models import Decision, DecisionReason
+from ._tally import (
+    DECISIONS,
+    DECISIONS_HELP,
+    DECISIONS_LABELS,
+    DURATION,
+    DURATION_HELP,
+    DecisionTally,
+    multiprocess_mode,
+)
 from .hookspecs import hookimpl
 
 DURATION_BUCKETS = (
@@ -56,19 +65,21 @@ class SentinelMetrics:
     """The SPEC §7 collectors of one registry, and the breaker states feeding its gauge."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.decisions = Counter(
-            "sentinel_decisions_total",
-            "Rate limiting decisions, by endpoint, reason and whether the request passed.",
-            ["endpoint_id", "decision_reason", "allowed"],
-            registry=registry,
-        )
-        self.duration = Histogram(
-            "sentinel_decision_duration_seconds",
-            "Time to decide one request, Redis round trip included.",
-            ["endpoint_id"],
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
+        # One decision, one update of each: a `DecisionTally`, except where values must
+        # reach prometheus_client's multiprocess files on every update.
+        self.tally: DecisionTally | None = None
+        if multiprocess_mode():
+            self.decisions = Counter(DECISIONS, DECISIONS_HELP, DECISIONS_LABELS, registry=registry)
+            self.duration = Histogram(
+                DURATION,
+                DURATION_HELP,
+                ["endpoint_id"],
+                buckets=DURATION_BUCKETS,
+                registry=registry,
+            )
+        else:
+            self.tally = DecisionTally(DURATION_BUCKETS)
+            registry.register(self.tally)
         self.breaker_state = Gauge(
             "sentinel_breaker_state",
             "Circuit breaker state: 0 closed, 1 open, 2 half-open "
@@ -118,7 +129,25 @@ class SentinelMetrics:
             self._publish()
 
     def record(self, decision: Decision) -> None:
-        """Count and time one decision (label children cached: this is the hot path)."""
+        """Count and time one decision (this is the hot path)."""
+        tally = self.tally
+        if tally is not None:
+            tally.record(
+                decision.endpoint_id, decision.reason, decision.allowed, decision.latency_us
+            )
+        else:
+            self._record_multiprocess(decision)
+        if decision.shadow and not decision.would_allow:
+            shadow_key = (decision.endpoint_id, decision.reason)
+            shadow = self._shadow_children.get(shadow_key)
+            if shadow is None:
+                shadow = self._shadow_children[shadow_key] = self.shadow_denials.labels(
+                    decision.endpoint_id, decision.reason.value
+                )
+            shadow.inc()
+
+    def _record_multiprocess(self, decision: Decision) -> None:
+        """`record` on prometheus_client's collectors (label children cached)."""
         key = (decision.endpoint_id, decision.reason, decision.allowed)
         counter = self._decision_children.get(key)
         if counter is None:
@@ -132,14 +161,6 @@ class SentinelMetrics:
                 decision.endpoint_id
             )
         histogram.observe(decision.latency_us / 1_000_000)
-        if decision.shadow and not decision.would_allow:
-            shadow_key = (decision.endpoint_id, decision.reason)
-            shadow = self._shadow_children.get(shadow_key)
-            if shadow is None:
-                shadow = self._shadow_children[shadow_key] = self.shadow_denials.labels(
-                    decision.endpoint_id, decision.reason.value
-                )
-            shadow.inc()
 
     def _publish(self) -> None:
         states = self._states.values()
