@@ -33,7 +33,7 @@ from sentinel_core import (
     TenantIdentity,
 )
 from sentinel_core._connections import AsyncConnectionStack
-from sentinel_core._stores import AsyncRedisStore, RedisStore
+from sentinel_core._stores import AsyncRedisStore, RedisStore, connection_options
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.tcp_proxy import TcpProxy
 
@@ -843,10 +843,13 @@ async def test_a_cancelled_call_hands_back_the_probe(
         bug.error = None
         proxy.mode = "blackhole"
         await store.client.aclose()
-        store.client = redis.asyncio.Redis.from_url(proxy.url, socket_timeout=5)
+        store.client = redis.asyncio.Redis.from_url(proxy.url, **connection_options(5_000))
         store.connections = AsyncConnectionStack(store.client.connection_pool)
         task = asyncio.create_task(sentinel.aevaluate(CLOSED_EP, "t"))
-        await asyncio.to_thread(wait_until, lambda: proxy.accepted > 0)
+        # Cancel once the script call is out, waiting for its reply: cancelling while
+        # redis-py's send is finishing can be lost on Python 3.11 (its asyncio.wait_for
+        # returns a result that completed as the cancellation arrived, gh-86296).
+        await asyncio.to_thread(wait_until, lambda: b"EVALSHA" in proxy.commands)
         assert not task.done(), task.result()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
