@@ -46,7 +46,7 @@ from prometheus_client import CollectorRegistry
 
 from benchmarks._common import Stats, machine_note, markdown_table, private_redis, run_rounds
 from sentinel_core import RequestView, Sentinel
-from sentinel_core._jwt import JwtVerifier
+from sentinel_core.identity._jwt import JwtVerifier
 
 POOL = 500
 FIRST_SIGHT_POOL = 4_500

@@ -1,29 +1,37 @@
 """Sentinel: tenant-aware, endpoint-aware distributed rate limiting (framework-neutral core)."""
 
-from ._algorithms import ScriptReply
-from ._breaker import BreakerState, CircuitBreaker
-from ._config import BreakerConfig, SentinelConfig, load_config
-from ._config_identity import AnonymousConfig, JwtConfig, JwtKey
-from ._connect import open_async_store, open_sync_store
-from ._emergency import EmergencyLimiter
-from ._engine import classify
-from ._errors import (
+from sentinel_core._models import (
+    Algorithm,
+    Decision,
+    DecisionReason,
+    FailMode,
+    IdentityKind,
+    Policy,
+    Rate,
+)
+from sentinel_core._sentinel import Sentinel
+from sentinel_core.config._identity import AnonymousConfig, JwtConfig, JwtKey
+from sentinel_core.config._schema import BreakerConfig, SentinelConfig, load_config
+from sentinel_core.decision._engine import classify
+from sentinel_core.errors import (
     ConfigError,
     ScriptMissingError,
     SentinelError,
     StartupError,
     UnknownEndpointError,
 )
-from ._http import Cookie, Outcome, RequestView
-from ._jwt import AuthError
-from ._keys import AnonymousIdentity, Identity, TenantIdentity
-from ._logging import DecisionLogPlugin
-from ._metrics import MetricsPlugin
-from ._models import Algorithm, Decision, DecisionReason, FailMode, IdentityKind, Policy, Rate
-from ._protocol import Check, ServerReport
-from ._sentinel import Sentinel
-from ._stores import MEMORY_URL, AsyncStore, SyncStore
-from .hookspecs import hookimpl
+from sentinel_core.hookspecs import hookimpl
+from sentinel_core.http._outcome import Cookie, Outcome, RequestView
+from sentinel_core.identity._jwt import AuthError
+from sentinel_core.identity._keys import AnonymousIdentity, Identity, TenantIdentity
+from sentinel_core.observability._logging import DecisionLogPlugin
+from sentinel_core.observability._metrics import MetricsPlugin
+from sentinel_core.resilience._breaker import BreakerState, CircuitBreaker
+from sentinel_core.resilience._emergency import EmergencyLimiter
+from sentinel_core.store._connect import open_async_store, open_sync_store
+from sentinel_core.store._protocol import Check, ServerReport
+from sentinel_core.store._redis import MEMORY_URL, AsyncStore, SyncStore
+from sentinel_core.store._reference import ScriptReply
 
 __all__ = [
     "MEMORY_URL",

@@ -15,10 +15,10 @@ from typing import Any
 
 import pluggy
 
-from . import hookspecs
-from ._breaker import BreakerState
-from ._keys import Identity
-from ._models import Decision, Policy
+from sentinel_core import hookspecs
+from sentinel_core._models import Decision, Policy
+from sentinel_core.identity._keys import Identity
+from sentinel_core.resilience._breaker import BreakerState
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 

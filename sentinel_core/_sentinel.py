@@ -15,19 +15,19 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ._breaker import CircuitBreaker
-from ._config import SentinelConfig, load_config
-from ._connect import open_async_store, open_sync_store
-from ._emergency import EmergencyLimiter
-from ._engine import DecisionEngine
-from ._http import HttpLayer, Outcome, Prepared, RequestView
-from ._keys import Identity, tenant_identity
-from ._logging import DecisionLogPlugin
-from ._metrics import MetricsPlugin
-from ._models import Decision, Policy
-from ._plugins import Hooks, make_plugin_manager
-from ._protocol import ServerReport
-from ._stores import MEMORY_URL, AsyncStore, MemoryStore, SyncStore
+from sentinel_core._models import Decision, Policy
+from sentinel_core._plugins import Hooks, make_plugin_manager
+from sentinel_core.config._schema import SentinelConfig, load_config
+from sentinel_core.decision._engine import DecisionEngine
+from sentinel_core.http._outcome import HttpLayer, Outcome, Prepared, RequestView
+from sentinel_core.identity._keys import Identity, tenant_identity
+from sentinel_core.observability._logging import DecisionLogPlugin
+from sentinel_core.observability._metrics import MetricsPlugin
+from sentinel_core.resilience._breaker import CircuitBreaker
+from sentinel_core.resilience._emergency import EmergencyLimiter
+from sentinel_core.store._connect import open_async_store, open_sync_store
+from sentinel_core.store._protocol import ServerReport
+from sentinel_core.store._redis import MEMORY_URL, AsyncStore, MemoryStore, SyncStore
 
 logger = logging.getLogger("sentinel")
 

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from ._breaker import BreakerState
-    from ._keys import Identity
-    from ._models import Decision, Policy
+    from sentinel_core._models import Decision, Policy
+    from sentinel_core.identity._keys import Identity
+    from sentinel_core.resilience._breaker import BreakerState
 
 PROJECT_NAME = "sentinel"
 

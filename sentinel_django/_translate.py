@@ -1,6 +1,6 @@
 """Django request in, core request view out; core outcome in, Django response out.
 
-Nothing here decides anything (SPEC §4 lives in `sentinel_core._http`): these helpers
+Nothing here decides anything (SPEC §4 lives in `sentinel_core.http._outcome`): these helpers
 only move values between Django's objects and the core's, for the decorator and the
 middleware alike.
 """

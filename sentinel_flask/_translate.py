@@ -1,6 +1,6 @@
 """Flask request in, Flask response out: the only place the adapter touches either.
 
-SPEC §4 lives in `sentinel_core._http`; this module only moves values across the
+SPEC §4 lives in `sentinel_core.http._outcome`; this module only moves values across the
 boundary. The client address is WSGI ``REMOTE_ADDR`` (``request.remote_addr``) and
 nothing else: no forwarding header is ever read here (an app behind a trusted proxy
 applies Werkzeug's ``ProxyFix``, which rewrites ``REMOTE_ADDR`` itself).

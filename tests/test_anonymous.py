@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sentinel_core import Outcome, Rate, Sentinel, load_config
-from sentinel_core._anonymous import DeviceCookies, client_network
+from sentinel_core.identity._anonymous import DeviceCookies, client_network
 from tests.support.http import make_sentinel, request_view
 from tests.support.redis_server import RedisServer
 from tests.support.tokens import COOKIE_SECRET, OLD_COOKIE_SECRET

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sentinel_core import _demo as demo
-from sentinel_core._cli import main, redact_url
+from sentinel_core.cli import _demo as demo
+from sentinel_core.cli._main import main, redact_url
 from tests.support.redis_server import RedisServer, free_port
 
 CONFIG = """

@@ -24,7 +24,7 @@ from sentinel_core import (
     SentinelConfig,
     load_config,
 )
-from sentinel_core._config import LUA_EXACT_LIMIT
+from sentinel_core.config._schema import LUA_EXACT_LIMIT
 
 ENDPOINT = "pdftalk.ingest"
 POLICY_PATH = f"policies.{ENDPOINT}"

@@ -1,4 +1,4 @@
-"""Sentinel's idle-connection stacks (`sentinel_core._connections`), on a real server.
+"""Sentinel's idle-connection stacks (`sentinel_core.store._connections`), on a real server.
 
 Each test names its connections (``client_name`` in the URL) and counts them with
 ``CLIENT LIST`` on the session's private server, so other tests' connections never
@@ -17,8 +17,8 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from sentinel_core import DecisionReason, Sentinel
-from sentinel_core._connections import ConnectionStack
-from sentinel_core._stores import RedisStore
+from sentinel_core.store._connections import ConnectionStack
+from sentinel_core.store._redis import RedisStore
 from tests.conftest import make_config
 from tests.support.redis_server import RedisServer
 

@@ -18,9 +18,10 @@ import redis.asyncio
 from prometheus_client import CollectorRegistry
 from redis.connection import PythonRespSerializer
 
-from sentinel_core import Sentinel, TenantIdentity, _protocol
-from sentinel_core._protocol import pack_evalsha
-from sentinel_core._stores import AsyncRedisStore, RedisStore, sends_directly
+from sentinel_core import Sentinel, TenantIdentity
+from sentinel_core.store import _protocol
+from sentinel_core.store._protocol import pack_evalsha
+from sentinel_core.store._redis import AsyncRedisStore, RedisStore, sends_directly
 from tests.conftest import make_config
 
 EP = "direct.tb"

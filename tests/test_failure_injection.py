@@ -32,8 +32,8 @@ from sentinel_core import (
     Sentinel,
     TenantIdentity,
 )
-from sentinel_core._connections import AsyncConnectionStack
-from sentinel_core._stores import AsyncRedisStore, RedisStore, connection_options
+from sentinel_core.store._connections import AsyncConnectionStack
+from sentinel_core.store._redis import AsyncRedisStore, RedisStore, connection_options
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.tcp_proxy import TcpProxy
 

@@ -18,7 +18,11 @@ from typing import Any
 import pytest
 
 from sentinel_core import Cookie, Outcome, Sentinel
-from sentinel_core._http import QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY, ratelimit_headers
+from sentinel_core.http._outcome import (
+    QUOTA_EXCEEDED,
+    TEMPORARY_REDUCED_CAPACITY,
+    ratelimit_headers,
+)
 from tests.support.http import header, make_sentinel, request_view
 from tests.support.redis_server import free_port
 from tests.support.tokens import COOKIE_SECRET, HS_SECRET, bearer, hs256

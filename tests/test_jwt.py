@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sentinel_core import AuthError, ConfigError, load_config
-from sentinel_core._jwt import MAX_TOKEN_LENGTH, JwtVerifier
+from sentinel_core.identity._jwt import MAX_TOKEN_LENGTH, JwtVerifier
 from tests.support.http import header, make_sentinel, request_view, script_calls
 from tests.support.redis_server import RedisServer
 from tests.support.tokens import (
@@ -488,7 +488,7 @@ def test_a_key_of_a_family_the_loader_refuses_verifies_nothing() -> None:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
-    from sentinel_core._config_identity import JwtConfig, JwtKey
+    from sentinel_core.config._identity import JwtConfig, JwtKey
 
     ed_pem = (
         ed25519.Ed25519PrivateKey.generate()

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sentinel_core import AnonymousIdentity, Sentinel
-from sentinel_core._logging import LOG_FIELDS
+from sentinel_core.observability._logging import LOG_FIELDS
 from tests.conftest import make_config
 from tests.support.redis_server import free_port
 

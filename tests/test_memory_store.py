@@ -4,10 +4,10 @@ expired keys are swept once enough writes have accumulated, so memory stays boun
 from __future__ import annotations
 
 from sentinel_core import load_config
-from sentinel_core._keys import TenantIdentity
 from sentinel_core._models import MICRO
-from sentinel_core._scripts import ScriptCall, script_args
-from sentinel_core._stores import MemoryStore
+from sentinel_core.identity._keys import TenantIdentity
+from sentinel_core.store._redis import MemoryStore
+from sentinel_core.store._scripts import ScriptCall, script_args
 
 POLICY = load_config(
     {

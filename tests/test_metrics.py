@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from sentinel_core import BreakerState, CircuitBreaker, DecisionReason, Sentinel
-from sentinel_core._metrics import DURATION_BUCKETS, MetricsPlugin, metrics_for
+from sentinel_core.observability._metrics import DURATION_BUCKETS, MetricsPlugin, metrics_for
 from tests.conftest import make_config
 from tests.support.redis_server import free_port
 
@@ -101,7 +101,9 @@ def test_both_counting_paths_count_and_time_every_decision(
     """A `DecisionTally` counts outside prometheus_client's multiprocess mode, the
     library's own collectors inside it (forced here; the worker test below runs the
     real mode in subprocesses)."""
-    monkeypatch.setattr("sentinel_core._metrics.multiprocess_mode", lambda: multiprocess)
+    monkeypatch.setattr(
+        "sentinel_core.observability._metrics.multiprocess_mode", lambda: multiprocess
+    )
     sentinel = memory_sentinel(registry)
     for _ in range(5):
         sentinel.evaluate("api.ingest", "acme")

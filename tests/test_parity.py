@@ -23,10 +23,10 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sentinel_core._algorithms import ScriptReply
 from sentinel_core._models import MICRO, Algorithm
-from sentinel_core._scripts import ScriptCall, run_reference
-from sentinel_core._stores import RedisStore
+from sentinel_core.store._redis import RedisStore
+from sentinel_core.store._reference import ScriptReply
+from sentinel_core.store._scripts import ScriptCall, run_reference
 from tests.support.redis_server import RedisServer
 
 KEYS = ("parity:{t}:device-a", "parity:{t}:ip", "parity:{t}:device-b")

@@ -16,7 +16,7 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from sentinel_core import Sentinel, SentinelError, ServerReport, StartupError
-from sentinel_core._scripts import all_scripts
+from sentinel_core.store._scripts import all_scripts
 from tests.support.redis_server import RedisServer, free_port
 
 SCRIPT_CHECKS = {f"script {script.algorithm.value}" for script in all_scripts()}
@@ -181,7 +181,7 @@ async def test_async_check_on_a_dead_port_raises_connection_error(sentinel_for: 
 def test_the_version_check_needs_6_2_and_refuses_a_version_it_cannot_read(
     version: str, ok: bool
 ) -> None:
-    from sentinel_core._protocol import _version_check
+    from sentinel_core.store._protocol import _version_check
 
     check = _version_check(version)
 

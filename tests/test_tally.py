@@ -10,8 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from sentinel_core import DecisionReason
-from sentinel_core._metrics import DURATION_BUCKETS
-from sentinel_core._tally import (
+from sentinel_core.observability._metrics import DURATION_BUCKETS
+from sentinel_core.observability._tally import (
     DECISIONS,
     DECISIONS_HELP,
     DECISIONS_LABELS,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from sentinel_core import AnonymousIdentity, Decision, DecisionReason, Sentinel, TenantIdentity
-from sentinel_core._emergency import emergency_capacity_micro
 from sentinel_core._models import MICRO, Rate
+from sentinel_core.resilience._emergency import emergency_capacity_micro
 from tests.cluster.conftest import MakeSentinel
 from tests.conftest import make_config
 from tests.support.race import race_processes

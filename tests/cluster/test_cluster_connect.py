@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sentinel_core._cluster import AsyncClusterStore
+from sentinel_core.store._cluster import AsyncClusterStore
 from tests.cluster.conftest import MakeSentinel
 from tests.conftest import make_config
 from tests.support.redis_admin import RedisAdmin

@@ -17,9 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("sentinel_core", "sentinel_fastapi", "sentinel_flask", "sentinel_django")
 LUA_SCRIPTS = (
-    "sentinel_core/lua/integers.lua",
-    "sentinel_core/lua/token_bucket.lua",
-    "sentinel_core/lua/sliding_window.lua",
+    "sentinel_core/store/lua/integers.lua",
+    "sentinel_core/store/lua/token_bucket.lua",
+    "sentinel_core/store/lua/sliding_window.lua",
 )
 NEVER_SHIPPED = ("tests/", "benchmarks/", "examples/", "docs/", ".ci/")
 

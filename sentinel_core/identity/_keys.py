@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from ._models import Policy
+from sentinel_core._models import Policy
 
 
 def sha256_hex(value: str) -> str:

@@ -35,11 +35,18 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
-from ._connections import AsyncPoolConnections, PoolConnections
-from ._errors import ConfigError
-from ._protocol import Check, ServerReport, adrive, check_server, drive, run_script
-from ._scripts import ScriptCall
-from ._stores import AsyncRedisStore, RedisStore, connection_options
+from sentinel_core.errors import ConfigError
+from sentinel_core.store._connections import AsyncPoolConnections, PoolConnections
+from sentinel_core.store._protocol import (
+    Check,
+    ServerReport,
+    adrive,
+    check_server,
+    drive,
+    run_script,
+)
+from sentinel_core.store._redis import AsyncRedisStore, RedisStore, connection_options
+from sentinel_core.store._scripts import ScriptCall
 
 CLUSTER_SCHEME = "redis+cluster://"
 SENTINEL_SCHEME = "redis+sentinel://"

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ._models import MICRO
+from sentinel_core._models import MICRO
 
 # Lua's '^(%d+):(%d+)$': ASCII digits only, no trailing newline (use with fullmatch).
 _TOKEN_STATE = re.compile(r"([0-9]+):([0-9]+)")

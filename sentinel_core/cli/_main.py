@@ -21,12 +21,12 @@ from collections.abc import Callable, Sequence
 from prometheus_client import CollectorRegistry
 from redis.exceptions import RedisError
 
-from ._config import SentinelConfig, load_config
-from ._console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, describe, redact_url, say
-from ._demo import run_demo
-from ._errors import ConfigError
-from ._protocol import Check
-from ._sentinel import Sentinel
+from sentinel_core._sentinel import Sentinel
+from sentinel_core.cli._console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, describe, redact_url, say
+from sentinel_core.cli._demo import run_demo
+from sentinel_core.config._schema import SentinelConfig, load_config
+from sentinel_core.errors import ConfigError
+from sentinel_core.store._protocol import Check
 
 CHECK_TIMEOUT_MS = 2_000
 """The check waits longer than a request would: a slow link should fail on its own line

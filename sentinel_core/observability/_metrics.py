@@ -24,9 +24,9 @@ from typing import Any, Final, Literal
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from ._breaker import BreakerState
-from ._models import Decision, DecisionReason
-from ._tally import (
+from sentinel_core._models import Decision, DecisionReason
+from sentinel_core.hookspecs import hookimpl
+from sentinel_core.observability._tally import (
     DECISIONS,
     DECISIONS_HELP,
     DECISIONS_LABELS,
@@ -35,7 +35,7 @@ from ._tally import (
     DecisionTally,
     multiprocess_mode,
 )
-from .hookspecs import hookimpl
+from sentinel_core.resilience._breaker import BreakerState
 
 DURATION_BUCKETS = (
     0.00005,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ._breaker import BreakerState, CircuitBreaker
-from ._models import Decision
-from .hookspecs import hookimpl
+from sentinel_core._models import Decision
+from sentinel_core.hookspecs import hookimpl
+from sentinel_core.resilience._breaker import BreakerState, CircuitBreaker
 
 logger = logging.getLogger("sentinel")
 

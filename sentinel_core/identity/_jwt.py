@@ -29,8 +29,8 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from ._config_identity import JwtConfig, JwtKey
-from ._errors import SentinelError
+from sentinel_core.config._identity import JwtConfig, JwtKey
+from sentinel_core.errors import SentinelError
 
 MAX_TOKEN_LENGTH = 8192
 """Longer bearer values are refused before any parsing (no IdP issues such tokens)."""

@@ -7,8 +7,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ._errors import ConfigError
-from ._models import Rate
+from sentinel_core._models import Rate
+from sentinel_core.errors import ConfigError
 
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 # ASCII digits only (``\d`` would accept any Unicode digit), and no trailing newline.

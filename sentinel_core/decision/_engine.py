@@ -21,13 +21,13 @@ from typing import Any
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._breaker import CircuitBreaker, Permit
-from ._emergency import EmergencyLimiter
-from ._errors import ScriptMissingError, UnknownEndpointError
-from ._keys import Identity
-from ._models import Decision, DecisionReason, FailMode, Policy
-from ._plugins import Hooks
-from ._scripts import ScriptCall, script_args
+from sentinel_core._models import Decision, DecisionReason, FailMode, Policy
+from sentinel_core._plugins import Hooks
+from sentinel_core.errors import ScriptMissingError, UnknownEndpointError
+from sentinel_core.identity._keys import Identity
+from sentinel_core.resilience._breaker import CircuitBreaker, Permit
+from sentinel_core.resilience._emergency import EmergencyLimiter
+from sentinel_core.store._scripts import ScriptCall, script_args
 
 
 def classify(exc: RedisError) -> DecisionReason:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 
-from . import _algorithms
-from ._algorithms import ScriptReply, Write
-from ._models import MICRO, Algorithm, Policy, Rate
+from sentinel_core._models import MICRO, Algorithm, Policy, Rate
+from sentinel_core.store import _reference
+from sentinel_core.store._reference import ScriptReply, Write
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +25,7 @@ class Script:
 
 
 def _lua(name: str) -> str:
-    return files("sentinel_core").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    return (files("sentinel_core.store") / "lua" / f"{name}.lua").read_text("utf-8")
 
 
 @cache
@@ -85,6 +85,6 @@ def run_reference(
     chosen = [sets[i] if per_key else sets[0] for i in range(len(states))]
     if call.algorithm is Algorithm.TOKEN_BUCKET:
         buckets = [(capacity, count, period, cost) for capacity, count, period, cost in chosen]
-        return _algorithms.token_bucket(states, now_us, buckets)
+        return _reference.token_bucket(states, now_us, buckets)
     windows = [(limit, window, cost) for limit, window, cost in chosen]
-    return _algorithms.sliding_window(states, now_us, windows)
+    return _reference.sliding_window(states, now_us, windows)

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._config_reader import Section
-from ._errors import ConfigError
+from sentinel_core.config._reader import Section
+from sentinel_core.errors import ConfigError
 
 MIN_SECRET_BYTES = 32
 _HMAC_ALGORITHMS = frozenset({"HS256", "HS384", "HS512"})

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ._models import MICRO, Rate
+from sentinel_core._models import MICRO, Rate
 
 _NANOS_PER_MICRO = 1_000
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._cluster import (
+from sentinel_core.store._cluster import (
     CLUSTER_SCHEME,
     SENTINEL_SCHEME,
     AsyncClusterStore,
@@ -10,7 +10,7 @@ from ._cluster import (
     ClusterStore,
     SentinelManagedStore,
 )
-from ._stores import AsyncRedisStore, AsyncStore, RedisStore, SyncStore
+from sentinel_core.store._redis import AsyncRedisStore, AsyncStore, RedisStore, SyncStore
 
 SCHEMES = ("redis://", "rediss://", "unix://", CLUSTER_SCHEME, SENTINEL_SCHEME, "memory://")
 

@@ -27,7 +27,7 @@ from prometheus_client import metrics, values
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from ._models import DecisionReason
+from sentinel_core._models import DecisionReason
 
 DECISIONS = "sentinel_decisions_total"
 DECISIONS_HELP = "Rate limiting decisions, by endpoint, reason and whether the request passed."

@@ -23,7 +23,7 @@ import ipaddress
 import re
 import secrets
 
-from ._config_identity import AnonymousConfig
+from sentinel_core.config._identity import AnonymousConfig
 
 COOKIE_VERSION = "v1"
 _DEVICE_ID_BYTES = 16

@@ -29,19 +29,19 @@ import jwt
 from prometheus_client import REGISTRY, CollectorRegistry
 from redis.exceptions import RedisError
 
-from ._config import SentinelConfig, load_config
-from ._console import EXIT_FAILED, EXIT_OK, describe, redact_url, say
-from ._errors import StartupError
-from ._http import RequestView
-from ._models import Rate
-from ._sentinel import Sentinel
+from sentinel_core._models import Rate
+from sentinel_core._sentinel import Sentinel
+from sentinel_core.cli._console import EXIT_FAILED, EXIT_OK, describe, redact_url, say
+from sentinel_core.config._schema import SentinelConfig, load_config
+from sentinel_core.errors import StartupError
+from sentinel_core.http._outcome import RequestView
 
 TENANTS = ("acme", "globex")
 EXAMPLE_PATHS = {"resumint.tailor": "/v1/tailor", "pdftalk.ingest": "/v1/ingest"}
 """Where every example app (``examples/<framework>_app.py``) serves the demo's endpoints."""
 _UNITS = {1: "second", 60: "minute", 3600: "hour", 86400: "day"}
 _REMAINING = re.compile(r";r=(\d+)")
-SOURCE_CHECKOUT = Path(__file__).resolve().parents[1]
+SOURCE_CHECKOUT = Path(__file__).resolve().parents[2]
 """Where an editable install or a source checkout keeps ``examples/``."""
 
 

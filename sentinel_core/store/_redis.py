@@ -19,13 +19,13 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ._connections import (
+from sentinel_core.store._connections import (
     AsyncConnectionStack,
     AsyncPoolConnections,
     ConnectionStack,
     PoolConnections,
 )
-from ._protocol import (
+from sentinel_core.store._protocol import (
     Check,
     Command,
     ServerReport,
@@ -35,7 +35,7 @@ from ._protocol import (
     pack_evalsha,
     run_script,
 )
-from ._scripts import ScriptCall, run_reference
+from sentinel_core.store._scripts import ScriptCall, run_reference
 
 MEMORY_URL = "memory://"
 

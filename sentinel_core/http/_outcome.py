@@ -18,14 +18,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._anonymous import DeviceCookies, client_network
-from ._config import SentinelConfig
-from ._emergency import emergency_capacity_micro
-from ._errors import ConfigError, UnknownEndpointError
-from ._jwt import AuthError, JwtVerifier
-from ._keys import AnonymousIdentity, Identity, TenantIdentity, tenant_identity
-from ._models import MICRO, Algorithm, Decision, DecisionReason, IdentityKind, Policy
-from ._plugins import Hooks
+from sentinel_core._models import MICRO, Algorithm, Decision, DecisionReason, IdentityKind, Policy
+from sentinel_core._plugins import Hooks
+from sentinel_core.config._schema import SentinelConfig
+from sentinel_core.errors import ConfigError, UnknownEndpointError
+from sentinel_core.identity._anonymous import DeviceCookies, client_network
+from sentinel_core.identity._jwt import AuthError, JwtVerifier
+from sentinel_core.identity._keys import (
+    AnonymousIdentity,
+    Identity,
+    TenantIdentity,
+    tenant_identity,
+)
+from sentinel_core.resilience._emergency import emergency_capacity_micro
 
 PROBLEM_JSON = "application/problem+json"
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"

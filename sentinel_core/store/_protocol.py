@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError, RedisError
 
-from ._errors import ScriptMissingError, StartupError
-from ._scripts import ScriptCall, all_scripts
+from sentinel_core.errors import ScriptMissingError, StartupError
+from sentinel_core.store._scripts import ScriptCall, all_scripts
 
 T = TypeVar("T")
 Command = tuple[Any, ...]

@@ -18,17 +18,22 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ._cluster import CLUSTER_SCHEME, SENTINEL_SCHEME, parse_hosts, parse_sentinel_url
-from ._config_identity import (
+from sentinel_core._models import MICRO, Algorithm, FailMode, IdentityKind, Policy, Rate
+from sentinel_core.config._identity import (
     AnonymousConfig,
     JwtConfig,
     parse_anonymous,
     parse_jwt,
 )
-from ._config_reader import Section, parse_rate
-from ._connect import SCHEMES
-from ._errors import ConfigError
-from ._models import MICRO, Algorithm, FailMode, IdentityKind, Policy, Rate
+from sentinel_core.config._reader import Section, parse_rate
+from sentinel_core.errors import ConfigError
+from sentinel_core.store._cluster import (
+    CLUSTER_SCHEME,
+    SENTINEL_SCHEME,
+    parse_hosts,
+    parse_sentinel_url,
+)
+from sentinel_core.store._connect import SCHEMES
 
 if sys.version_info >= (3, 11):
     import tomllib

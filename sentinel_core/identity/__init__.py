@@ -1,0 +1,3 @@
+"""Who a request is: validated JWT tenants, anonymous device cookie AND network, and the
+hashed bucket keys built from them. Raw identities never leave this folder.
+"""
