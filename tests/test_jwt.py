@@ -183,6 +183,11 @@ def test_audience_and_issuer_are_enforced_when_configured() -> None:
         assert (failure.error, words in failure.description) == ("invalid_token", True), name
 
 
+def test_a_token_naming_an_audience_is_refused_when_none_is_configured() -> None:
+    failure = refusal(verifier(), bearer(mint(claims(aud="some-other-api"))))
+    assert (failure.error, failure.description) == ("invalid_token", "token audience not accepted")
+
+
 def test_leeway_accepts_slightly_expired_and_early_tokens_only() -> None:
     lenient = verifier(leeway_seconds=30)
     now = int(time.time())

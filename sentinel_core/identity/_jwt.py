@@ -124,10 +124,9 @@ class JwtVerifier:
         self._keys = tuple(_parse_key(key) for key in config.keys)
         self._by_kid = {key.kid: key for key in self._keys if key.kid is not None}
         self._unnamed = tuple(key for key in self._keys if key.kid is None)
-        self._options: dict[str, Any] = {
-            "require": ["exp", "sub"],
-            "verify_aud": config.audience is not None,
-        }
+        # PyJWT's own default for ``aud``: a token that names an audience is refused when
+        # none is configured (it was minted for some other service).
+        self._options: dict[str, Any] = {"require": ["exp", "sub"]}
         self._cache_size = cache_size
         self._clock = clock
         self._verified: dict[str, _Verified] = {}

@@ -63,27 +63,14 @@ class DecisionLogPlugin:
             return
         fields = denial_fields(decision, self._breaker.state)
         retry = decision.retry_after_seconds
-        # What `logger.warning` does, minus its walk up the stack to find the caller
-        # (a third of the record's cost): the caller is always this method.
-        record = logger.makeRecord(
-            logger.name,
-            logging.WARNING,
-            __file__,
-            _LINE,
+        logger.warning(
             "%s on %s: %s (identity %s..., %s, breaker %s)",
-            (
-                "shadow policy would deny" if decision.shadow else "request denied",
-                decision.endpoint_id,
-                fields["decision_reason"],
-                decision.identity_hash[:_HASH_PREFIX],
-                "no retry hint" if retry is None else f"retry after {retry}s",
-                fields["breaker_state"],
-            ),
-            None,
-            "sentinel_decision",
-            fields,
+            "shadow policy would deny" if decision.shadow else "request denied",
+            decision.endpoint_id,
+            fields["decision_reason"],
+            decision.identity_hash[:_HASH_PREFIX],
+            "no retry hint" if retry is None else f"retry after {retry}s",
+            fields["breaker_state"],
+            extra=fields,
         )
-        logger.handle(record)
 
-
-_LINE = DecisionLogPlugin.sentinel_decision.__code__.co_firstlineno
