@@ -73,4 +73,3 @@ class DecisionLogPlugin:
             fields["breaker_state"],
             extra=fields,
         )
-
