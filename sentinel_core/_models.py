@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sentinel_core.decision._leases import Lease
 
 MICRO = 1_000_000
 """Micro-units per unit: tokens are stored as micro-tokens, time as microseconds."""
@@ -28,6 +32,8 @@ class DecisionReason(str, enum.Enum):
 class Algorithm(str, enum.Enum):
     TOKEN_BUCKET = "token_bucket"
     SLIDING_WINDOW = "sliding_window"
+    CONCURRENCY = "concurrency"
+    QUOTA = "quota"
 
 
 class FailMode(str, enum.Enum):
@@ -70,6 +76,14 @@ class Policy:
     """Anonymous policies: the rate of the bucket shared by a whole network (IPv4
     address or IPv6 /64), charged together with the device's own bucket."""
     network_burst: int | None = None
+    lease_seconds: int = 60
+    """Concurrency policies: how long a lease outlives a process that died holding it."""
+    fallback_limit: int | None = None
+    """Fail-open concurrency policies: requests in flight per process while Redis is out."""
+    calendar: str | None = None
+    """Quota policies: the calendar period counted, ``"day"``, ``"week"`` or ``"month"``."""
+    timezone: str = "UTC"
+    """Quota policies: the IANA time zone whose calendar aligns the periods."""
 
     @property
     def limit(self) -> int:
@@ -98,3 +112,6 @@ class Decision:
     shadow: bool = False
     would_allow: bool = True
     """The verdict before shadow mode; equals ``allowed`` for an enforcing policy."""
+    lease: Lease | None = None
+    """Concurrency policies: the slot this admission holds, to hand back with
+    `Sentinel.release` once the request is done."""

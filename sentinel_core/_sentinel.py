@@ -7,10 +7,11 @@ decision engine.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -19,11 +20,12 @@ from sentinel_core._models import Decision, Policy
 from sentinel_core._plugins import Hooks, make_plugin_manager
 from sentinel_core.config._schema import SentinelConfig, load_config
 from sentinel_core.decision._engine import DecisionEngine
+from sentinel_core.decision._usage import Usage, usage_call, usage_of
 from sentinel_core.http._outcome import HttpLayer, Outcome, Prepared, RequestView
 from sentinel_core.identity._keys import Identity, tenant_identity
 from sentinel_core.observability._logging import DecisionLogPlugin
 from sentinel_core.observability._metrics import MetricsPlugin
-from sentinel_core.resilience._breaker import CircuitBreaker
+from sentinel_core.resilience._breaker import BreakerState, CircuitBreaker
 from sentinel_core.resilience._emergency import EmergencyLimiter
 from sentinel_core.store._connect import open_async_store, open_sync_store
 from sentinel_core.store._protocol import ServerReport
@@ -180,6 +182,65 @@ class Sentinel:
                 self._run_deferred_check(report)
         return decision
 
+    def release(self, decision: Decision) -> None:
+        """Hand back the concurrency lease ``decision`` holds, if any, once the request
+        is done (returned, raised, cancelled or disconnected). Safe to call twice or on
+        any decision. A Redis failure here is logged, not raised: the lease then expires
+        after ``lease_seconds``; while the breaker is OPEN no call is made at all."""
+        call = decision.lease.end() if decision.lease is not None else None
+        if call is None or self.breaker.state is BreakerState.OPEN:
+            return
+        try:
+            self.store.run(call)
+        except RedisError as exc:
+            _release_failed(decision, exc)
+
+    async def arelease(self, decision: Decision) -> None:
+        """`release` on the asyncio store."""
+        call = decision.lease.end() if decision.lease is not None else None
+        if call is None or self.breaker.state is BreakerState.OPEN:
+            return
+        try:
+            await self.async_store.arun(call)
+        except RedisError as exc:
+            _release_failed(decision, exc)
+
+    @contextlib.contextmanager
+    def lease(self, endpoint_id: str, identity: str | Identity) -> Iterator[Decision]:
+        """`evaluate` for a block of work, released when the block is left however it
+        is left: ``with sentinel.lease("reports.render", tenant) as decision:``."""
+        decision = self.evaluate(endpoint_id, identity)
+        try:
+            yield decision
+        finally:
+            self.release(decision)
+
+    @contextlib.asynccontextmanager
+    async def alease(self, endpoint_id: str, identity: str | Identity) -> AsyncIterator[Decision]:
+        """`lease` for asyncio code; the release survives the task being cancelled."""
+        decision = await self.aevaluate(endpoint_id, identity)
+        try:
+            yield decision
+        finally:
+            await asyncio.shield(self.arelease(decision))
+
+    def usage(self, endpoint_id: str, identity: str | Identity) -> Usage:
+        """What ``identity`` has used of a quota policy's current period (or of a
+        concurrency policy's leases), read by the store without counting anything.
+
+        Raises:
+            redis.exceptions.RedisError: the store is unavailable.
+        """
+        policy = self.engine.policy(endpoint_id)
+        call = usage_call(self.engine, policy, _identity(identity))
+        return usage_of(policy, call, self.store.run(call))
+
+    async def ausage(self, endpoint_id: str, identity: str | Identity) -> Usage:
+        """`usage` on the asyncio store."""
+        policy = self.engine.policy(endpoint_id)
+        call = usage_call(self.engine, policy, _identity(identity))
+        return usage_of(policy, call, await self.async_store.arun(call))
+
     def validate_endpoint(self, endpoint_id: str) -> Policy:
         """Raise at startup, not on the first request, for an id that cannot be guarded
         over HTTP (`UnknownEndpointError`, or `ConfigError` for a tenant policy without
@@ -209,6 +270,16 @@ class Sentinel:
     async def aclose(self) -> None:
         if self._async_store is not None:
             await self._async_store.aclose()
+
+
+def _release_failed(decision: Decision, exc: RedisError) -> None:
+    logger.warning(
+        "lease on %s not handed back (%s: %s); it expires after lease_seconds=%d",
+        decision.endpoint_id,
+        type(exc).__name__,
+        exc,
+        decision.policy.lease_seconds,
+    )
 
 
 def _identity(identity: str | Identity) -> Identity:

@@ -38,6 +38,8 @@ SERVER_CHECKS = (
     "maxmemory",
     "script token_bucket",
     "script sliding_window",
+    "script concurrency",
+    "script quota",
 )
 
 

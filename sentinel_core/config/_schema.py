@@ -25,6 +25,7 @@ from sentinel_core.config._identity import (
     parse_anonymous,
     parse_jwt,
 )
+from sentinel_core.config._limits import LEASE_OR_QUOTA, parse_lease_or_quota
 from sentinel_core.config._reader import Section, parse_rate
 from sentinel_core.errors import ConfigError
 from sentinel_core.store._cluster import (
@@ -185,6 +186,8 @@ def _choice(section: Section, key: str, enum_type: Any, default: Any = None) -> 
 
 def _parse_policy(section: Section, endpoint_id: str, anonymous: AnonymousConfig | None) -> Policy:
     algorithm: Algorithm = _choice(section, "algorithm", Algorithm)
+    if algorithm in LEASE_OR_QUOTA:
+        return parse_lease_or_quota(section, endpoint_id, algorithm)
     if not section.has("rate"):
         raise ConfigError(section.path("rate"), "missing key")
     rate = parse_rate(section.raw("rate"), section.path("rate"))

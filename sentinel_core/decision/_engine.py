@@ -21,8 +21,10 @@ from typing import Any
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from sentinel_core._models import Decision, DecisionReason, FailMode, Policy
+from sentinel_core._models import Algorithm, Decision, DecisionReason, FailMode, Policy
 from sentinel_core._plugins import Hooks
+from sentinel_core.decision._calendar import Calendars
+from sentinel_core.decision._leases import Lease, LocalInflight, lease_call, lease_name, store_lease
 from sentinel_core.errors import ScriptMissingError, UnknownEndpointError
 from sentinel_core.identity._keys import Identity
 from sentinel_core.resilience._breaker import CircuitBreaker, Permit
@@ -52,6 +54,8 @@ class DecisionEngine:
         self.emergency = emergency
         self.hooks = hooks
         self._args: dict[str, tuple[Policy, tuple[int, ...]]] = {}
+        self.calendars = Calendars()
+        self.inflight = LocalInflight()
 
     def policy(self, endpoint_id: str) -> Policy:
         try:
@@ -62,10 +66,18 @@ class DecisionEngine:
     def begin(self, endpoint_id: str, identity: Identity, request: Any = None) -> Attempt:
         started = time.perf_counter_ns()
         policy = self.hooks.resolve_policy(endpoint_id, identity, self.policy(endpoint_id))
-        return Attempt(self, policy, identity, self.breaker.acquire(), request, started)
+        attempt = Attempt(self, policy, identity, self.breaker.acquire(), request, started)
+        if policy.algorithm is Algorithm.CONCURRENCY:
+            attempt.lease_name = lease_name()
+        return attempt
 
-    def script_call(self, policy: Policy, identity: Identity) -> ScriptCall:
-        """The script execution that decides ``identity`` under ``policy``."""
+    def script_call(self, policy: Policy, identity: Identity, lease: str = "") -> ScriptCall:
+        """The script execution that decides ``identity`` under ``policy`` (taking
+        lease ``lease`` for a concurrency policy)."""
+        if policy.algorithm is Algorithm.CONCURRENCY:
+            return lease_call(policy, identity, lease)
+        if policy.algorithm is Algorithm.QUOTA:
+            return self.calendars.quota_call(policy, identity)
         # Hashing a Policy (for script_args' cache) costs more than building the keys;
         # the configured policy object is nearly always the one resolved, so remember
         # its arguments by identity.
@@ -79,7 +91,7 @@ class Attempt:
     """One decision in flight. Use it as a context manager around the Redis call, so a
     call that ends in a bug (not a `RedisError`) hands its breaker permit back."""
 
-    __slots__ = ("_engine", "_started", "identity", "permit", "policy", "request")
+    __slots__ = ("_engine", "_started", "identity", "lease_name", "permit", "policy", "request")
 
     def __init__(
         self,
@@ -96,11 +108,12 @@ class Attempt:
         self.identity = identity
         self.permit = permit
         self.request = request
+        self.lease_name = ""
 
     @property
     def call(self) -> ScriptCall:
         """The Redis call to make. Built on demand: a short circuit never needs it."""
-        return self._engine.script_call(self.policy, self.identity)
+        return self._engine.script_call(self.policy, self.identity, self.lease_name)
 
     def __enter__(self) -> Attempt:
         return self
@@ -137,17 +150,24 @@ class Attempt:
 
     def _unavailable(self, cause: DecisionReason) -> Decision:
         policy = self.policy
-        if policy.fail_mode is FailMode.CLOSED or policy.fallback_rate is None:
+        lease = None
+        if policy.fail_mode is FailMode.OPEN and policy.fallback_limit is not None:
+            verdict, lease = self._engine.inflight.acquire(
+                policy.endpoint_id, policy.fallback_limit
+            )
+        elif policy.fail_mode is FailMode.CLOSED or policy.fallback_rate is None:
             reason = cause if cause is DecisionReason.CIRCUIT_OPEN else DecisionReason.FAIL_CLOSED
             retry_after = self._engine.breaker.retry_after_seconds()
             return self._finish(False, reason, 0, retry_after, retry_after or 0)
-        verdict = self._engine.emergency.acquire(policy.endpoint_id, policy.fallback_rate)
+        else:
+            verdict = self._engine.emergency.acquire(policy.endpoint_id, policy.fallback_rate)
         return self._finish(
             verdict.allowed,
             cause if verdict.allowed else DecisionReason.EMERGENCY_LOCAL_LIMIT,
             verdict.remaining,
             verdict.retry_after_seconds,
             verdict.reset_seconds,
+            lease,
         )
 
     def _finish(
@@ -157,8 +177,11 @@ class Attempt:
         remaining: int,
         retry_after: int | None,
         reset: int,
+        lease: Lease | None = None,
     ) -> Decision:
         policy = self.policy
+        if allowed and self.lease_name and reason is DecisionReason.ALLOWED:
+            lease = store_lease(policy, self.identity, self.lease_name)
         # Positional (Decision's field order): a third cheaper than keywords.
         decision = Decision(
             allowed or policy.shadow,
@@ -173,6 +196,7 @@ class Attempt:
             (time.perf_counter_ns() - self._started) // 1_000,
             policy.shadow,
             allowed,
+            lease,
         )
         self._engine.hooks.decision(decision, self.request)
         return decision

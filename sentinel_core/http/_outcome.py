@@ -239,6 +239,10 @@ def ratelimit_headers(decision: Decision, *, emergency: bool = False) -> list[tu
     policy = decision.policy
     name = f'"{_sf_string_content(decision.endpoint_id)}"'
     pk = base64.b64encode(_partition_key(decision.identity_hash)).decode()
+    if policy.algorithm is Algorithm.CONCURRENCY or (
+        policy.algorithm is Algorithm.QUOTA and not emergency
+    ):
+        return _unwindowed_headers(decision, name, pk, emergency)
     if emergency and policy.fallback_rate is not None:
         rate = policy.fallback_rate
         capacity = emergency_capacity_micro(rate) // MICRO
@@ -247,6 +251,26 @@ def ratelimit_headers(decision: Decision, *, emergency: bool = False) -> list[tu
         quota, window = policy.limit, _window_seconds(policy)
     return [
         ("RateLimit-Policy", f"{name};q={quota};w={window};pk=:{pk}:"),
+        ("RateLimit", f"{name};r={decision.remaining};t={decision.reset_seconds};pk=:{pk}:"),
+    ]
+
+
+def _unwindowed_headers(
+    decision: Decision, name: str, pk: str, emergency: bool
+) -> list[tuple[str, str]]:
+    """Concurrency: ``qu="concurrent-requests"`` and no window (a lease is held until
+    the request ends); while failing open, the per-process ``fallback_limit``. Quota: no
+    ``w`` either (calendar periods differ in length); ``t`` counts to the next boundary.
+    A failing-open quota policy describes its emergency bucket like any other."""
+    policy = decision.policy
+    if policy.algorithm is Algorithm.CONCURRENCY:
+        quota = policy.fallback_limit if emergency else policy.limit
+        return [
+            ("RateLimit-Policy", f'{name};q={quota};qu="concurrent-requests";pk=:{pk}:'),
+            ("RateLimit", f"{name};r={decision.remaining};pk=:{pk}:"),
+        ]
+    return [
+        ("RateLimit-Policy", f"{name};q={policy.limit};pk=:{pk}:"),
         ("RateLimit", f"{name};r={decision.remaining};t={decision.reset_seconds};pk=:{pk}:"),
     ]
 

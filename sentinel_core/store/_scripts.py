@@ -15,6 +15,7 @@ from importlib.resources import files
 from sentinel_core._models import MICRO, Algorithm, Policy, Rate
 from sentinel_core.store import _reference
 from sentinel_core.store._reference import ScriptReply, Write
+from sentinel_core.store._reference_extra import run_extra
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,8 @@ def run_reference(
     Like the scripts, it reads one parameter set per key when ``call.args`` holds one
     for every key, and otherwise applies the first set to every key.
     """
+    if call.algorithm in (Algorithm.CONCURRENCY, Algorithm.QUOTA):
+        return run_extra(call.algorithm, call.keys, call.args, states, now_us)
     width = 4 if call.algorithm is Algorithm.TOKEN_BUCKET else 3
     sets = [tuple(call.args[i : i + width]) for i in range(0, len(call.args), width)]
     per_key = len(sets) >= len(states)

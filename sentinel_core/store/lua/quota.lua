@@ -1,0 +1,67 @@
+-- Sentinel calendar quota: N requests per day, ISO week or month of a time zone.
+--
+-- KEYS[1]   the bucket key
+-- ARGV[1]   limit per period
+-- ARGV[2]   cost of this request (0: read only, nothing is written)
+-- ARGV[3..] period boundaries, unix microseconds (UTC), ascending: the process turns
+--           the time zone's calendar (month lengths, leap days, DST) into this table,
+--           and TIME picks the period it falls in. Redis has no time zone rules; the
+--           process has no say in which period counts (its clock only chooses which
+--           boundaries to send, a few periods around its own now).
+--
+-- State:   one string, "<count>:<period start, unix us>", written with SET ... PX only,
+--          on admission only, expiring at the period's end. A state of an older period
+--          counts as 0; one of a newer period (TIME went back across a boundary, e.g.
+--          on a failover) keeps counting in that period.
+-- Clock:   Redis TIME is the only clock. A TIME outside the table (the process clock
+--          is off from Redis's by more than a period) is an error reply: a store
+--          failure, decided by the policy's fail mode, never a guess.
+-- Uses:    ceil_div from integers.lua, which is prepended to this file.
+-- Returns: {allowed 0|1, TIME seconds, TIME microseconds, remaining requests,
+--           retry-after seconds (the period's end when denied, else 0), reset seconds}
+
+local time = redis.call('TIME')
+local now = time[1] * 1000000 + time[2]
+local limit, cost = tonumber(ARGV[1]), tonumber(ARGV[2])
+local at = nil
+for j = 3, #ARGV - 1 do
+  if tonumber(ARGV[j]) <= now and now < tonumber(ARGV[j + 1]) then
+    at = j
+    break
+  end
+end
+if not at then
+  return redis.error_reply('ERR sentinel quota: TIME ' .. string.format('%.0f', now) ..
+                           ' is outside the period table')
+end
+local start, stop = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+local count = 0
+local state = redis.call('GET', KEYS[1])
+if state then
+  local c, s = string.match(state, '^(%d+):(%d+)$')
+  if c then
+    s = tonumber(s)
+    if s >= start then
+      count = tonumber(c)
+      for j = at + 1, #ARGV - 1 do
+        if tonumber(ARGV[j]) == s then
+          start, stop = s, tonumber(ARGV[j + 1])
+        end
+      end
+    end
+  end
+end
+local allowed = 1
+if count + cost > limit then
+  allowed = 0
+else
+  count = count + cost
+end
+local reset = ceil_div(stop - now, 1000000)
+if allowed == 1 and cost > 0 then
+  redis.call('SET', KEYS[1], string.format('%.0f:%.0f', count, start), 'PX',
+             ceil_div(stop - now, 1000))
+end
+local remaining = limit - count
+return {allowed, tonumber(time[1]), tonumber(time[2]), remaining > 0 and remaining or 0,
+        allowed == 1 and 0 or reset, reset}
