@@ -1,4 +1,5 @@
-"""The ``sentinel`` command line (SPEC §8): ``sentinel check`` and ``sentinel demo``.
+"""The ``sentinel`` command line (SPEC §8): ``sentinel check``, ``sentinel demo`` and
+``sentinel usage`` (in `_usage`).
 
 ``check`` runs the same start-up check an adapter runs, but prints every line of it
 instead of stopping at the first problem. ``demo`` sends requests through
@@ -24,6 +25,7 @@ from redis.exceptions import RedisError
 from sentinel_core._sentinel import Sentinel
 from sentinel_core.cli._console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, describe, redact_url, say
 from sentinel_core.cli._demo import run_demo
+from sentinel_core.cli._usage import add_usage_command
 from sentinel_core.config._schema import SentinelConfig, load_config
 from sentinel_core.errors import ConfigError
 from sentinel_core.store._protocol import Check
@@ -77,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--framework", choices=("fastapi", "flask", "django"))
     demo.add_argument("--redis", metavar="URL", help="run the bursts on this Redis server")
     demo.set_defaults(command=run_demo)
+    add_usage_command(commands)
     return parser
 
 
