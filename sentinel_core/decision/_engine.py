@@ -66,16 +66,14 @@ class DecisionEngine:
     def begin(self, endpoint_id: str, identity: Identity, request: Any = None) -> Attempt:
         started = time.perf_counter_ns()
         policy = self.hooks.resolve_policy(endpoint_id, identity, self.policy(endpoint_id))
-        attempt = Attempt(self, policy, identity, self.breaker.acquire(), request, started)
-        if policy.algorithm is Algorithm.CONCURRENCY:
-            attempt.lease_name = lease_name()
-        return attempt
+        return Attempt(self, policy, identity, self.breaker.acquire(), request, started)
 
-    def script_call(self, policy: Policy, identity: Identity, lease: str = "") -> ScriptCall:
-        """The script execution that decides ``identity`` under ``policy`` (taking
-        lease ``lease`` for a concurrency policy)."""
+    def script_call(self, policy: Policy, identity: Identity) -> ScriptCall:
+        """The script execution that decides ``identity`` under ``policy`` (for a
+        concurrency policy, one that takes a lease of a new name: build it once per
+        decision, and release what it took with `store_lease`)."""
         if policy.algorithm is Algorithm.CONCURRENCY:
-            return lease_call(policy, identity, lease)
+            return lease_call(policy, identity, lease_name())
         if policy.algorithm is Algorithm.QUOTA:
             return self.calendars.quota_call(policy, identity)
         # Hashing a Policy (for script_args' cache) costs more than building the keys;
@@ -91,7 +89,7 @@ class Attempt:
     """One decision in flight. Use it as a context manager around the Redis call, so a
     call that ends in a bug (not a `RedisError`) hands its breaker permit back."""
 
-    __slots__ = ("_engine", "_started", "identity", "lease_name", "permit", "policy", "request")
+    __slots__ = ("_call", "_engine", "_started", "identity", "permit", "policy", "request")
 
     def __init__(
         self,
@@ -108,12 +106,15 @@ class Attempt:
         self.identity = identity
         self.permit = permit
         self.request = request
-        self.lease_name = ""
+        self._call: ScriptCall | None = None
 
     @property
     def call(self) -> ScriptCall:
         """The Redis call to make. Built on demand: a short circuit never needs it."""
-        return self._engine.script_call(self.policy, self.identity, self.lease_name)
+        call = self._call
+        if call is None:  # once: a concurrency call names a new lease each time it is built
+            call = self._call = self._engine.script_call(self.policy, self.identity)
+        return call
 
     def __enter__(self) -> Attempt:
         return self
@@ -180,8 +181,8 @@ class Attempt:
         lease: Lease | None = None,
     ) -> Decision:
         policy = self.policy
-        if allowed and self.lease_name and reason is DecisionReason.ALLOWED:
-            lease = store_lease(policy, self.identity, self.lease_name)
+        if policy.algorithm is Algorithm.CONCURRENCY and reason is DecisionReason.ALLOWED:
+            lease = store_lease(policy.endpoint_id, self.call)
         # Positional (Decision's field order): a third cheaper than keywords.
         decision = Decision(
             allowed or policy.shadow,

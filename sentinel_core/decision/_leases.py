@@ -9,6 +9,7 @@ requests in flight per process instead, counted by `LocalInflight`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 
@@ -75,8 +76,9 @@ class Lease:
         return self._release
 
 
-def store_lease(policy: Policy, identity: Identity, name: str) -> Lease:
-    return Lease(policy.endpoint_id, lease_call(policy, identity, name, GIVE_BACK), None)
+def store_lease(endpoint_id: str, taken: ScriptCall) -> Lease:
+    """The lease that ``taken`` (an admitted call of `lease_call`) holds."""
+    return Lease(endpoint_id, dataclasses.replace(taken, args=(*taken.args[:2], GIVE_BACK)), None)
 
 
 class LocalInflight:
