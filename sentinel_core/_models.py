@@ -115,3 +115,6 @@ class Decision:
     lease: Lease | None = None
     """Concurrency policies: the slot this admission holds, to hand back with
     `Sentinel.release` once the request is done."""
+    local: bool = False
+    """Answered in this process from a denial the store gave moments ago (SPEC §3,
+    local denials), without a Redis call."""

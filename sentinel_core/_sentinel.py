@@ -20,6 +20,7 @@ from sentinel_core._models import Decision, Policy
 from sentinel_core._plugins import Hooks, make_plugin_manager
 from sentinel_core.config._schema import SentinelConfig, load_config
 from sentinel_core.decision._engine import DecisionEngine
+from sentinel_core.decision._local_denials import LocalDenials
 from sentinel_core.decision._usage import Usage, usage_call, usage_of
 from sentinel_core.http._outcome import HttpLayer, Outcome, Prepared, RequestView
 from sentinel_core.identity._keys import Identity, tenant_identity
@@ -68,7 +69,11 @@ class Sentinel:
         self.hooks.register_builtin(MetricsPlugin(registry, self.breaker.state), "sentinel.metrics")
         self.hooks.register_builtin(DecisionLogPlugin(self.breaker), "sentinel.logging")
         self.engine = DecisionEngine(
-            self.config.policies, self.breaker, EmergencyLimiter(), self.hooks
+            self.config.policies,
+            self.breaker,
+            EmergencyLimiter(),
+            self.hooks,
+            LocalDenials(self.config.local_denials_ms),
         )
         self.http = HttpLayer(self.config, self.hooks)
         self._memory = MemoryStore() if self.config.redis_url.startswith(MEMORY_URL) else None

@@ -32,6 +32,7 @@ def make_sentinel(url: str, algorithm: str = "token_bucket") -> Sentinel:
         url, direct__tb={"algorithm": algorithm, "rate": "100/minute", "fail_mode": "closed"}
     )
     config["socket_timeout_ms"] = 2_000
+    config["local_denials_ms"] = 0  # every decision, denials included, goes to Redis
     return Sentinel(config, registry=CollectorRegistry(), entry_points=False)
 
 

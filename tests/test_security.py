@@ -41,6 +41,9 @@ def config(redis_url: str) -> dict[str, Any]:
     bucket = {"algorithm": "token_bucket", "rate": "1/hour", "burst": 4, "fail_mode": "closed"}
     return {
         "redis_url": redis_url,
+        # The tests flush Redis between runs: an outside reset, which a process answering
+        # denials locally would only see after local_denials_ms.
+        "local_denials_ms": 0,
         "jwt": {"key": HS_SECRET},
         "anonymous": {"cookie_secret": COOKIE_SECRET},
         "policies": {

@@ -68,6 +68,8 @@ class SentinelConfig:
     breaker: BreakerConfig = field(default_factory=BreakerConfig)
     ratelimit_headers: bool = True
     routes: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    local_denials_ms: int = 1000
+    """How long at most a process answers a bucket's denials itself (SPEC §3); 0: never."""
 
 
 def load_config(
@@ -111,6 +113,7 @@ def _parse(root: Section) -> SentinelConfig:
         parse_sentinel_url(redis_url)
     socket_timeout_ms = root.integer("socket_timeout_ms", 20, maximum=60_000)
     require_noeviction = root.boolean("require_noeviction", True)
+    local_denials_ms = root.integer("local_denials_ms", 1000, minimum=0, maximum=86_400_000)
     jwt_section = root.section("jwt")
     jwt = parse_jwt(jwt_section) if jwt_section is not None else None
     anonymous_section = root.section("anonymous")
@@ -139,6 +142,7 @@ def _parse(root: Section) -> SentinelConfig:
         breaker=breaker,
         ratelimit_headers=ratelimit_headers,
         routes=MappingProxyType(routes),
+        local_denials_ms=local_denials_ms,
     )
 
 

@@ -9,6 +9,9 @@ sync and async shells (`Sentinel.evaluate` / `Sentinel.aevaluate`)::
 
 so both shells share every rule: classification, breaker bookkeeping, the fail-open and
 fail-closed rows, shadow mode, and reporting the decision to the observers.
+
+A bucket the store denied a moment ago is answered by `begin` itself (`LocalDenials`):
+such an attempt has no permit, and ``short_circuit`` gives the remembered denial.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from sentinel_core._models import Algorithm, Decision, DecisionReason, FailMode,
 from sentinel_core._plugins import Hooks
 from sentinel_core.decision._calendar import Calendars
 from sentinel_core.decision._leases import Lease, LocalInflight, lease_call, lease_name, store_lease
+from sentinel_core.decision._local_denials import LocalDenials, Remembered
 from sentinel_core.errors import ScriptMissingError, UnknownEndpointError
 from sentinel_core.identity._keys import Identity
 from sentinel_core.resilience._breaker import CircuitBreaker, Permit
@@ -48,8 +52,10 @@ class DecisionEngine:
         breaker: CircuitBreaker,
         emergency: EmergencyLimiter,
         hooks: Hooks,
+        local_denials: LocalDenials | None = None,
     ) -> None:
         self.policies = policies
+        self.local_denials = LocalDenials(0) if local_denials is None else local_denials
         self.breaker = breaker
         self.emergency = emergency
         self.hooks = hooks
@@ -66,7 +72,16 @@ class DecisionEngine:
     def begin(self, endpoint_id: str, identity: Identity, request: Any = None) -> Attempt:
         started = time.perf_counter_ns()
         policy = self.hooks.resolve_policy(endpoint_id, identity, self.policy(endpoint_id))
-        return Attempt(self, policy, identity, self.breaker.acquire(), request, started)
+        local = self.local_denials
+        # A concurrency slot frees up when another request ends: a denial of one says
+        # nothing about the next instant, so those always ask the store.
+        if not local.enabled or policy.algorithm is Algorithm.CONCURRENCY:
+            return Attempt(self, policy, identity, self.breaker.acquire(), request, started)
+        call = self.script_call(policy, identity)
+        now = local.clock_ns()  # before the request is sent: see _local_denials
+        remembered = local.lookup(call.keys, call.args, now)
+        permit = None if remembered is not None else self.breaker.acquire()
+        return Attempt(self, policy, identity, permit, request, started, call, now, remembered)
 
     def script_call(self, policy: Policy, identity: Identity) -> ScriptCall:
         """The script execution that decides ``identity`` under ``policy`` (for a
@@ -89,7 +104,17 @@ class Attempt:
     """One decision in flight. Use it as a context manager around the Redis call, so a
     call that ends in a bug (not a `RedisError`) hands its breaker permit back."""
 
-    __slots__ = ("_call", "_engine", "_started", "identity", "permit", "policy", "request")
+    __slots__ = (
+        "_call",
+        "_engine",
+        "_remembered",
+        "_sent_ns",
+        "_started",
+        "identity",
+        "permit",
+        "policy",
+        "request",
+    )
 
     def __init__(
         self,
@@ -99,14 +124,20 @@ class Attempt:
         permit: Permit | None,
         request: Any,
         started: int,
+        call: ScriptCall | None = None,
+        sent_ns: int | None = None,
+        remembered: Remembered | None = None,
     ) -> None:
         self._engine = engine
         self._started = started
+        self._call = call
+        self._sent_ns = sent_ns
+        """The local-denials clock before the call was sent; None: no local denials."""
+        self._remembered = remembered
         self.policy = policy
         self.identity = identity
         self.permit = permit
         self.request = request
-        self._call: ScriptCall | None = None
 
     @property
     def call(self) -> ScriptCall:
@@ -129,8 +160,20 @@ class Attempt:
             self._engine.breaker.release(self.permit)
 
     def short_circuit(self) -> Decision:
-        """The breaker refused the call: no Redis traffic at all."""
-        return self._unavailable(DecisionReason.CIRCUIT_OPEN)
+        """No Redis traffic at all: a remembered denial answers, or the breaker refused."""
+        remembered = self._remembered
+        if remembered is None:
+            return self._unavailable(DecisionReason.CIRCUIT_OPEN)
+        now = self._sent_ns
+        assert now is not None
+        return self._finish(
+            False,
+            DecisionReason.RATE_LIMITED,
+            0,
+            remembered.retry_after_seconds(now),
+            remembered.reset_seconds(now),
+            local=True,
+        )
 
     def succeeded(self, raw_reply: Any) -> Decision:
         """Redis answered: the script's verdict is the decision."""
@@ -141,7 +184,24 @@ class Attempt:
         self._engine.breaker.record_success(self.permit)
         if allowed == 1:
             return self._finish(True, DecisionReason.ALLOWED, remaining, None, reset)
+        if self._sent_ns is not None:
+            self._remember(self._sent_ns, retry_after, reset)
         return self._finish(False, DecisionReason.RATE_LIMITED, remaining, retry_after, reset)
+
+    def _remember(self, sent_ns: int, retry_after: int, reset: int) -> None:
+        call = self.call
+        local = self._engine.local_denials
+        # The reply's Retry-After is rounded up to whole seconds: one second less is a
+        # wait the bucket certainly still has.
+        wait_us = (retry_after - 1) * 1_000_000
+        local.remember(
+            ((call.keys[0], wait_us),),
+            call.args,
+            sent_ns,
+            local.clock_ns(),
+            retry_after * 1_000_000,
+            reset * 1_000_000,
+        )
 
     def failed(self, exc: RedisError) -> Decision:
         """Redis failed: classify, count it against the breaker, apply the fail mode."""
@@ -179,6 +239,8 @@ class Attempt:
         retry_after: int | None,
         reset: int,
         lease: Lease | None = None,
+        *,
+        local: bool = False,
     ) -> Decision:
         policy = self.policy
         if policy.algorithm is Algorithm.CONCURRENCY and reason is DecisionReason.ALLOWED:
@@ -198,6 +260,7 @@ class Attempt:
             policy.shadow,
             allowed,
             lease,
+            local,
         )
         self._engine.hooks.decision(decision, self.request)
         return decision

@@ -99,6 +99,13 @@ class SentinelMetrics:
             ["endpoint_id", "decision_reason"],
             registry=registry,
         )
+        self.local_denials = Counter(
+            "sentinel_local_denials_total",
+            "Denials answered in the process from a denial the store gave moments ago, "
+            "without a Redis call (also counted in sentinel_decisions_total).",
+            ["endpoint_id"],
+            registry=registry,
+        )
         for state in BreakerState:
             # Every state's series exists from the start, so rate() and alerts see a 0.
             self.transitions.labels(state=str(state))
@@ -108,6 +115,7 @@ class SentinelMetrics:
         self._decision_children: dict[tuple[str, DecisionReason, bool], Any] = {}
         self._duration_children: dict[str, Any] = {}
         self._shadow_children: dict[tuple[str, DecisionReason], Any] = {}
+        self._local_children: dict[str, Any] = {}
 
     def track(self, state: BreakerState) -> int:
         """Start following one breaker; returns the token its updates are filed under."""
@@ -145,6 +153,13 @@ class SentinelMetrics:
                     decision.endpoint_id, decision.reason.value
                 )
             shadow.inc()
+        if decision.local:
+            local = self._local_children.get(decision.endpoint_id)
+            if local is None:
+                local = self._local_children[decision.endpoint_id] = self.local_denials.labels(
+                    decision.endpoint_id
+                )
+            local.inc()
 
     def _record_multiprocess(self, decision: Decision) -> None:
         """`record` on prometheus_client's collectors (label children cached)."""
