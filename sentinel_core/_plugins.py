@@ -9,7 +9,7 @@ misspelt hook name fails at start-up instead of silently never being called.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from importlib.metadata import entry_points as installed_entry_points
 from typing import Any
 
@@ -71,19 +71,11 @@ class Hooks:
     def __init__(self, manager: pluggy.PluginManager) -> None:
         self.manager = manager
         self._hook = manager.hook
-        self._builtins: list[object] = []
-        self._dispatch: tuple[list[Any], tuple[Callable[..., object], ...] | None] = ([], None)
-        """The `sentinel_decision` implementations seen at the last decision, and the
-        direct calls they stand for (None: not only built-ins, so pluggy calls them).
-        One tuple, replaced whole, so a thread never pairs one with the other's twin."""
-        self._plain_hookexec = getattr(manager, "_inner_hookexec", None)
 
     def register_builtin(self, plugin: object, name: str) -> None:
-        """Register one of Sentinel's own observers. It stays a plugin like any other
-        (unregistering ``name`` turns it off); while the built-ins are the only
-        observers, `decision` calls them without pluggy's dispatch (about 1 µs)."""
+        """Register one of Sentinel's own observers. It is a plugin like any other:
+        unregistering ``name`` turns it off."""
         self.manager.register(plugin, name)
-        self._builtins.append(plugin)
 
     def implements_identify(self) -> bool:
         """Whether some plugin can supply identities (`sentinel_identify`)."""
@@ -117,23 +109,8 @@ class Hooks:
 
     def decision(self, decision: Decision, request: Any) -> None:
         hook = self._hook.sentinel_decision
-        impls = hook.get_hookimpls()
-        if not impls:  # skip pluggy when no observer is registered (see above)
-            return
-        seen, direct = self._dispatch
-        if impls != seen:  # registrations changed since the last decision
-            builtin = all(any(impl.plugin is b for b in self._builtins) for impl in impls)
-            # pluggy calls the latest registered first: so do the direct calls.
-            direct = tuple(impl.function for impl in reversed(impls)) if builtin else None
-            self._dispatch = (impls, direct)
-        # Hook call monitoring (pluggy's tracing) must see every call: pluggy then.
-        if direct is None or getattr(self.manager, "_inner_hookexec", None) is not (
-            self._plain_hookexec
-        ):
+        if hook.get_hookimpls():  # skip pluggy's call machinery when nobody observes
             hook(decision=decision, request=request)
-            return
-        for observe in direct:
-            observe(decision, request)
 
     def breaker_transition(self, previous: BreakerState, current: BreakerState) -> None:
         self._hook.sentinel_breaker_transition(previous=previous, current=current)

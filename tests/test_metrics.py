@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from sentinel_core import BreakerState, CircuitBreaker, DecisionReason, Sentinel
-from sentinel_core.observability._metrics import DURATION_BUCKETS, MetricsPlugin, metrics_for
+from sentinel_core.observability._metrics import DURATION_BUCKETS, MetricsPlugin
 from tests.conftest import make_config
 from tests.support.redis_server import free_port
 
@@ -94,20 +94,10 @@ def test_decisions_are_counted_per_endpoint_reason_and_allowed(
     assert decisions(registry, "api.ingest", "rate_limited", "true") is None
 
 
-@pytest.mark.parametrize("multiprocess", [False, True], ids=["tally", "library-collectors"])
-def test_both_counting_paths_count_and_time_every_decision(
-    registry: CollectorRegistry, monkeypatch: pytest.MonkeyPatch, multiprocess: bool
-) -> None:
-    """A `DecisionTally` counts outside prometheus_client's multiprocess mode, the
-    library's own collectors inside it (forced here; the worker test below runs the
-    real mode in subprocesses)."""
-    monkeypatch.setattr(
-        "sentinel_core.observability._metrics.multiprocess_mode", lambda: multiprocess
-    )
+def test_every_decision_is_counted_and_timed(registry: CollectorRegistry) -> None:
     sentinel = memory_sentinel(registry)
     for _ in range(5):
         sentinel.evaluate("api.ingest", "acme")
-    assert (metrics_for(registry).tally is None) is multiprocess
     assert decisions(registry, "api.ingest", "allowed", "true") == 2
     assert decisions(registry, "api.ingest", "rate_limited", "false") == 3
     labels = {"endpoint_id": "api.ingest"}

@@ -26,16 +26,13 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 
 from sentinel_core._models import Decision, DecisionReason
 from sentinel_core.hookspecs import hookimpl
-from sentinel_core.observability._tally import (
-    DECISIONS,
-    DECISIONS_HELP,
-    DECISIONS_LABELS,
-    DURATION,
-    DURATION_HELP,
-    DecisionTally,
-    multiprocess_mode,
-)
 from sentinel_core.resilience._breaker import BreakerState
+
+DECISIONS = "sentinel_decisions_total"
+DECISIONS_HELP = "Rate limiting decisions, by endpoint, reason and whether the request passed."
+DECISIONS_LABELS = ("endpoint_id", "decision_reason", "allowed")
+DURATION = "sentinel_decision_duration_seconds"
+DURATION_HELP = "Time to decide one request, Redis round trip included."
 
 DURATION_BUCKETS = (
     0.00005,
@@ -65,21 +62,10 @@ class SentinelMetrics:
     """The SPEC §7 collectors of one registry, and the breaker states feeding its gauge."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        # One decision, one update of each: a `DecisionTally`, except where values must
-        # reach prometheus_client's multiprocess files on every update.
-        self.tally: DecisionTally | None = None
-        if multiprocess_mode():
-            self.decisions = Counter(DECISIONS, DECISIONS_HELP, DECISIONS_LABELS, registry=registry)
-            self.duration = Histogram(
-                DURATION,
-                DURATION_HELP,
-                ["endpoint_id"],
-                buckets=DURATION_BUCKETS,
-                registry=registry,
-            )
-        else:
-            self.tally = DecisionTally(DURATION_BUCKETS)
-            registry.register(self.tally)
+        self.decisions = Counter(DECISIONS, DECISIONS_HELP, DECISIONS_LABELS, registry=registry)
+        self.duration = Histogram(
+            DURATION, DURATION_HELP, ["endpoint_id"], buckets=DURATION_BUCKETS, registry=registry
+        )
         self.breaker_state = Gauge(
             "sentinel_breaker_state",
             "Circuit breaker state: 0 closed, 1 open, 2 half-open "
@@ -137,14 +123,20 @@ class SentinelMetrics:
             self._publish()
 
     def record(self, decision: Decision) -> None:
-        """Count and time one decision (this is the hot path)."""
-        tally = self.tally
-        if tally is not None:
-            tally.record(
-                decision.endpoint_id, decision.reason, decision.allowed, decision.latency_us
+        """Count and time one decision (this is the hot path: label children are cached)."""
+        key = (decision.endpoint_id, decision.reason, decision.allowed)
+        counter = self._decision_children.get(key)
+        if counter is None:
+            counter = self._decision_children[key] = self.decisions.labels(
+                decision.endpoint_id, decision.reason.value, "true" if decision.allowed else "false"
             )
-        else:
-            self._record_multiprocess(decision)
+        counter.inc()
+        histogram = self._duration_children.get(decision.endpoint_id)
+        if histogram is None:
+            histogram = self._duration_children[decision.endpoint_id] = self.duration.labels(
+                decision.endpoint_id
+            )
+        histogram.observe(decision.latency_us / 1_000_000)
         if decision.shadow and not decision.would_allow:
             shadow_key = (decision.endpoint_id, decision.reason)
             shadow = self._shadow_children.get(shadow_key)
@@ -160,22 +152,6 @@ class SentinelMetrics:
                     decision.endpoint_id
                 )
             local.inc()
-
-    def _record_multiprocess(self, decision: Decision) -> None:
-        """`record` on prometheus_client's collectors (label children cached)."""
-        key = (decision.endpoint_id, decision.reason, decision.allowed)
-        counter = self._decision_children.get(key)
-        if counter is None:
-            counter = self._decision_children[key] = self.decisions.labels(
-                decision.endpoint_id, decision.reason.value, "true" if decision.allowed else "false"
-            )
-        counter.inc()
-        histogram = self._duration_children.get(decision.endpoint_id)
-        if histogram is None:
-            histogram = self._duration_children[decision.endpoint_id] = self.duration.labels(
-                decision.endpoint_id
-            )
-        histogram.observe(decision.latency_us / 1_000_000)
 
     def _publish(self) -> None:
         states = self._states.values()

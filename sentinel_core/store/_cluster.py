@@ -28,7 +28,6 @@ import redis.asyncio.cluster
 import redis.asyncio.sentinel
 import redis.cluster
 import redis.sentinel
-from redis._parsers import AsyncCommandsParser
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -36,7 +35,6 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from sentinel_core.errors import ConfigError
-from sentinel_core.store._connections import AsyncPoolConnections, PoolConnections
 from sentinel_core.store._protocol import (
     Check,
     ServerReport,
@@ -152,27 +150,6 @@ class ClusterStore:
             self._client.close()
 
 
-class _LazyCommandsParser(AsyncCommandsParser):
-    """redis-py's key finder, fetching ``COMMAND`` when a command first needs it rather
-    than when the client connects.
-
-    The reply describes every command Redis knows (thousands of lines to parse: 30 ms
-    and more per connect), and this store never needs it: ``EVALSHA``'s keys are read
-    from its arguments, and every other command it sends names its target nodes. A
-    client per event loop (Django's async views under WSGI run one loop per request)
-    would otherwise pay that parse on every request.
-    """
-
-    async def initialize(self, node: redis.asyncio.cluster.ClusterNode | None = None) -> None:
-        # Remember which node to ask (as redis-py does), but ask nothing yet.
-        self.node = node or self.node
-
-    async def get_keys(self, *args: Any) -> tuple[str, ...] | None:
-        if not self.commands:
-            await super().initialize()
-        return await super().get_keys(*args)
-
-
 class AsyncClusterStore:
     """A non-blocking store on `redis.asyncio.cluster.RedisCluster`."""
 
@@ -186,7 +163,6 @@ class AsyncClusterStore:
             retry=AsyncRetry(NoBackoff(), 0),
             **_cluster_options(socket_timeout_ms),
         )
-        self.client.commands_parser = _LazyCommandsParser()
 
     async def arun(self, call: ScriptCall) -> Any:
         with _classified():
@@ -222,7 +198,6 @@ class SentinelManagedStore(RedisStore):
         sentinels, service, sentinel_options, options = _sentinel_setup(url, socket_timeout_ms)
         sentinel = redis.sentinel.Sentinel(sentinels, **sentinel_options)  # type: ignore[no-untyped-call]
         self.client = sentinel.master_for(service, retry=Retry(NoBackoff(), 0), **options)  # type: ignore[no-untyped-call]
-        self.connections = PoolConnections(self.client.connection_pool)
 
 
 class AsyncSentinelManagedStore(AsyncRedisStore):
@@ -234,7 +209,6 @@ class AsyncSentinelManagedStore(AsyncRedisStore):
         self.client = self._sentinel.master_for(
             service, retry=AsyncRetry(NoBackoff(), 0), **options
         )
-        self.connections = AsyncPoolConnections(self.client.connection_pool)
 
     async def aclose(self) -> None:
         """Close the primary's connections and those to the Sentinels (discovery)."""

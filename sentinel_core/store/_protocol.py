@@ -24,41 +24,6 @@ Conversation = Generator[Command, Any, T]
 MINIMUM_REDIS_VERSION = (6, 2)
 
 
-def _bulk(value: bytes) -> bytes:
-    return b"$%d\r\n%b\r\n" % (len(value), value)
-
-
-_FRAMES: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
-"""(sha, number of keys, args) -> the frame of an EVALSHA before and after its keys."""
-_MAX_FRAMES = 1_024
-"""Policies resolved by a plugin may be minted per request: keep the cache bounded."""
-
-
-def pack_evalsha(command: Command, encoding: str = "utf-8", errors: str = "strict") -> bytes:
-    """The RESP frame of an ``EVALSHA`` command as `run_script` yields it.
-
-    redis-py encodes every argument of every command anew (several µs for a decision's
-    ten arguments); between two decisions of one policy only the keys change, so the
-    rest of the frame (the name, the SHA, the key count, the ARGV) is built once. Keys
-    are encoded like redis-py's encoder would (``encoding``, ``errors``); everything
-    else in the frame is ASCII.
-    """
-    sha, count = command[1], command[2]
-    cache_key = (sha, count, command[3 + count :])
-    frame = _FRAMES.get(cache_key)
-    if frame is None:
-        if len(_FRAMES) >= _MAX_FRAMES:
-            _FRAMES.clear()
-        head = b"*%d\r\n$7\r\nEVALSHA\r\n" % len(command) + b"".join(
-            _bulk(str(value).encode()) for value in (sha, count)
-        )
-        tail = b"".join(_bulk(str(value).encode()) for value in cache_key[2])
-        frame = _FRAMES[cache_key] = (head, tail)
-    head, tail = frame
-    keys = [_bulk(key.encode(encoding, errors)) for key in command[3 : 3 + count]]
-    return b"".join((head, *keys, tail))
-
-
 def run_script(call: ScriptCall) -> Conversation[Any]:
     """EVALSHA; on NOSCRIPT load the script once and retry; still missing is classified."""
     script = call.script

@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from types import MethodType
 from typing import Any, Protocol
 
 import redis
@@ -19,20 +18,12 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from sentinel_core.store._connections import (
-    AsyncConnectionStack,
-    AsyncPoolConnections,
-    ConnectionStack,
-    PoolConnections,
-)
 from sentinel_core.store._protocol import (
     Check,
-    Command,
     ServerReport,
     adrive,
     check_server,
     drive,
-    pack_evalsha,
     run_script,
 )
 from sentinel_core.store._scripts import ScriptCall, run_reference
@@ -81,37 +72,6 @@ def connection_options(socket_timeout_ms: int) -> dict[str, Any]:
     }
 
 
-def sends_directly(client: redis.Redis | redis.asyncio.Redis) -> bool:
-    """Whether a script call may go straight to an idle connection of ``client``.
-
-    Only when ``execute_command`` is redis-py's own, neither replaced on the instance
-    or the class nor wrapped (tracing instrumentation wraps it, and its spans must not
-    vanish), and the client is not a single-connection one. What the direct path
-    skips is bookkeeping that Sentinel's options make inert (retries: none; health
-    checks: none; response callbacks: none for EVALSHA); what it keeps is a stale-
-    connection check and fork safety (`ConnectionStack`) and the connection's own
-    handling of errors (a failed socket is disconnected).
-    """
-    method = client.execute_command
-    return (
-        type(method) is MethodType
-        and method.__func__ in _REDIS_PY_EXECUTE
-        and not hasattr(method.__func__, "__wrapped__")
-        and client.connection is None
-    )
-
-
-_REDIS_PY_EXECUTE = frozenset({redis.Redis.execute_command, redis.asyncio.Redis.execute_command})
-
-
-def _packed(connection: Any, command: Command) -> list[bytes]:
-    if command[0] != "EVALSHA":
-        packed: list[bytes] = connection.pack_command(*command)
-        return packed
-    encoder = connection.encoder
-    return [pack_evalsha(command, encoder.encoding, encoder.encoding_errors)]
-
-
 class RedisStore:
     """A blocking store on `redis.Redis`, for threaded servers (Flask, Django)."""
 
@@ -119,31 +79,14 @@ class RedisStore:
         self.client = redis.Redis.from_url(
             url, retry=Retry(NoBackoff(), 0), **connection_options(socket_timeout_ms)
         )
-        self.connections: ConnectionStack | PoolConnections = ConnectionStack(
-            self.client.connection_pool
-        )
 
     def run(self, call: ScriptCall) -> Any:
-        client = self.client
-        return drive(
-            run_script(call), self._send if sends_directly(client) else client.execute_command
-        )
-
-    def _send(self, *command: Any) -> Any:
-        """One command on an idle connection, as ``execute_command`` would send it."""
-        connections = self.connections
-        connection = connections.acquire()
-        try:
-            connection.send_packed_command(_packed(connection, command))
-            return connection.read_response()
-        finally:
-            connections.release(connection)
+        return drive(run_script(call), self.client.execute_command)
 
     def check(self, require_noeviction: bool) -> ServerReport:
         return drive(check_server(require_noeviction), self.client.execute_command)
 
     def close(self) -> None:
-        self.connections.close()
         self.client.close()
 
 
@@ -154,31 +97,14 @@ class AsyncRedisStore:
         self.client = redis.asyncio.Redis.from_url(
             url, retry=AsyncRetry(NoBackoff(), 0), **connection_options(socket_timeout_ms)
         )
-        self.connections: AsyncConnectionStack | AsyncPoolConnections = AsyncConnectionStack(
-            self.client.connection_pool
-        )
 
     async def arun(self, call: ScriptCall) -> Any:
-        client = self.client
-        return await adrive(
-            run_script(call), self._send if sends_directly(client) else client.execute_command
-        )
-
-    async def _send(self, *command: Any) -> Any:
-        """`RedisStore._send` on the asyncio client."""
-        connections = self.connections
-        connection = await connections.acquire()
-        try:
-            await connection.send_packed_command(_packed(connection, command))
-            return await connection.read_response()
-        finally:
-            await connections.release(connection)
+        return await adrive(run_script(call), self.client.execute_command)
 
     async def acheck(self, require_noeviction: bool) -> ServerReport:
         return await adrive(check_server(require_noeviction), self.client.execute_command)
 
     async def aclose(self) -> None:
-        await self.connections.close()
         await self.client.aclose()
 
 

@@ -1,9 +1,5 @@
-"""The built-in observers' direct dispatch: a shortcut that must never show.
-
-While Sentinel's own metrics and denial-log plugins are the only `sentinel_decision`
-observers, they are called without pluggy's dispatch. Every registration change and
-pluggy's hook call monitoring must still be honoured exactly as pluggy would.
-"""
+"""The `sentinel_decision` observers: the built-in metrics and denial log are plugins like
+any other, so every registration change and pluggy's hook call monitoring are honoured."""
 
 from __future__ import annotations
 
@@ -60,13 +56,13 @@ def test_registrations_are_honoured_decision_by_decision(
     sentinel = make_sentinel(registry)
     manager = sentinel.hooks.manager
     with caplog.at_level(logging.WARNING, logger="sentinel"):
-        assert sentinel.evaluate(EP, "t").allowed  # built-ins only: the direct calls
+        assert sentinel.evaluate(EP, "t").allowed
         assert not sentinel.evaluate(EP, "t").allowed
         assert (counted(registry, "true"), counted(registry, "false")) == (1, 1)
         assert len(caplog.records) == 1
 
         observer = Observer()
-        manager.register(observer)  # a third-party observer: pluggy calls everyone
+        manager.register(observer)
         assert not sentinel.evaluate(EP, "t").allowed
         assert len(observer.seen) == 1
         assert counted(registry, "false") == 2
@@ -74,7 +70,7 @@ def test_registrations_are_honoured_decision_by_decision(
 
         manager.unregister(observer)
         metrics = manager.unregister(name="sentinel.metrics")
-        assert not sentinel.evaluate(EP, "t").allowed  # the denial log alone, directly
+        assert not sentinel.evaluate(EP, "t").allowed
         assert counted(registry, "false") == 2, "unregistered: not counted"
         assert len(caplog.records) == 3
         assert len(observer.seen) == 1
@@ -87,7 +83,6 @@ def test_registrations_are_honoured_decision_by_decision(
 
 def test_hook_call_monitoring_sees_the_built_ins_called() -> None:
     sentinel = make_sentinel(CollectorRegistry())
-    sentinel.evaluate(EP, "t")  # the direct calls are in place
     traced: list[tuple[str, list[str]]] = []
 
     def before(hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
@@ -101,31 +96,6 @@ def test_hook_call_monitoring_sees_the_built_ins_called() -> None:
     undo()
     sentinel.evaluate(EP, "t")
     assert traced == [("sentinel_decision", ["sentinel.metrics", "sentinel.logging"])]
-
-
-def test_built_ins_are_called_in_pluggy_order() -> None:
-    """pluggy calls the latest registration first; the direct calls do the same."""
-    sentinel = make_sentinel(CollectorRegistry())
-    order: list[str] = []
-    manager = sentinel.hooks.manager
-    for name in ("sentinel.metrics", "sentinel.logging"):
-        plugin = manager.unregister(name=name)
-        real = plugin.sentinel_decision
-
-        def spy(decision: Decision, request: Any, real: Any = real, name: str = name) -> None:
-            order.append(name)
-            real(decision, request)
-
-        plugin.sentinel_decision = sentinel_core.hookimpl(spy)
-        sentinel.hooks.register_builtin(plugin, name)
-    sentinel.evaluate(EP, "t")
-    direct = list(order)
-    order.clear()
-    observer = Observer(order)
-    manager.register(observer)
-    sentinel.evaluate(EP, "t")
-    assert order == ["observer", *direct]
-    assert direct == ["sentinel.logging", "sentinel.metrics"]
 
 
 def test_with_no_observer_at_all_nothing_is_called(caplog: pytest.LogCaptureFixture) -> None:

@@ -1,4 +1,4 @@
-"""Sentinel's idle-connection stacks (`sentinel_core.store._connections`), on a real server.
+"""How the Redis stores use redis-py's connection pools, on a real server.
 
 Each test names its connections (``client_name`` in the URL) and counts them with
 ``CLIENT LIST`` on the session's private server, so other tests' connections never
@@ -17,8 +17,6 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from sentinel_core import DecisionReason, Sentinel
-from sentinel_core.store._connections import ConnectionStack
-from sentinel_core.store._redis import RedisStore
 from tests.conftest import make_config
 from tests.support.redis_server import RedisServer
 
@@ -131,30 +129,3 @@ def test_close_disconnects_every_connection_and_a_later_decision_reconnects(
     assert connections_named(admin, name) == []
     assert sentinel.evaluate(EP, "t").allowed
     assert len(connections_named(admin, name)) == 1
-
-
-def test_a_forked_child_never_uses_its_parents_connection(
-    redis_server: RedisServer, admin: redis.Redis, name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = RedisStore(f"{redis_server.url}?client_name={name}", 2_000)
-    stack = store.connections
-    assert isinstance(stack, ConnectionStack)
-    try:
-        parent = stack.acquire()
-        parent.send_command("PING")
-        assert parent.read_response() == b"PONG"
-        stack.release(parent)
-
-        # what the child of a fork sees: another pid, the parent's connections inherited
-        monkeypatch.setattr("os.getpid", lambda: -1)
-        child = stack.acquire()
-        assert child is not parent
-        child.send_command("PING")
-        assert child.read_response() == b"PONG"
-        stack.release(child)
-        assert parent._sock is not None, "the parent's socket is left alone"
-        assert len(connections_named(admin, name)) == 2
-    finally:
-        parent.disconnect()
-        store.close()
-    assert connections_named(admin, name) == []
