@@ -16,10 +16,11 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from sentinel_core._models import Decision, Policy
+from sentinel_core._models import Algorithm, Decision, Policy
 from sentinel_core._plugins import Hooks, make_plugin_manager
 from sentinel_core.config._schema import SentinelConfig, load_config
 from sentinel_core.decision._engine import DecisionEngine
+from sentinel_core.decision._leases import Lease, store_lease
 from sentinel_core.decision._local_denials import LocalDenials
 from sentinel_core.decision._usage import Usage, usage_call, usage_of
 from sentinel_core.http._outcome import HttpLayer, Outcome, Prepared, RequestView
@@ -180,6 +181,12 @@ class Sentinel:
                 reply = await self.async_store.arun(attempt.call)
             except RedisError as exc:
                 return attempt.failed(exc)
+            except asyncio.CancelledError:
+                if attempt.policy.algorithm is Algorithm.CONCURRENCY:
+                    # The script may have run: a lease no caller will ever release.
+                    lease = store_lease(attempt.policy.endpoint_id, attempt.call)
+                    await asyncio.shield(self._hand_back(lease, attempt.policy))
+                raise
             decision = attempt.succeeded(reply)
         if self._check_deferred:
             with contextlib.suppress(RedisError):  # still deferred: tried at the next contact
@@ -198,17 +205,20 @@ class Sentinel:
         try:
             self.store.run(call)
         except RedisError as exc:
-            _release_failed(decision, exc)
+            _release_failed(decision.policy, exc)
 
     async def arelease(self, decision: Decision) -> None:
         """`release` on the asyncio store."""
-        call = decision.lease.end() if decision.lease is not None else None
+        await self._hand_back(decision.lease, decision.policy)
+
+    async def _hand_back(self, lease: Lease | None, policy: Policy) -> None:
+        call = lease.end() if lease is not None else None
         if call is None or self.breaker.state is BreakerState.OPEN:
             return
         try:
             await self.async_store.arun(call)
         except RedisError as exc:
-            _release_failed(decision, exc)
+            _release_failed(policy, exc)
 
     @contextlib.contextmanager
     def lease(self, endpoint_id: str, identity: str | Identity) -> Iterator[Decision]:
@@ -277,13 +287,13 @@ class Sentinel:
             await self._async_store.aclose()
 
 
-def _release_failed(decision: Decision, exc: RedisError) -> None:
+def _release_failed(policy: Policy, exc: RedisError) -> None:
     logger.warning(
         "lease on %s not handed back (%s: %s); it expires after lease_seconds=%d",
-        decision.endpoint_id,
+        policy.endpoint_id,
         type(exc).__name__,
         exc,
-        decision.policy.lease_seconds,
+        policy.lease_seconds,
     )
 
 

@@ -27,6 +27,7 @@ from sentinel_core.store._reference import ScriptReply
 from sentinel_core.store._reference_extra import COUNT, GIVE_BACK, TAKE
 from sentinel_core.store._scripts import run_reference
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.tcp_proxy import TcpProxy
 
 
 def policy(**extra: Any) -> dict[str, Any]:
@@ -396,3 +397,42 @@ def test_release_tolerates_any_decision(sentinel: Sentinel) -> None:
     plain = build("memory://", config).evaluate("tb", "acme")
     other(plain)
     assert plain.lease is None
+
+
+async def test_a_decision_cancelled_in_flight_hands_back_the_lease_it_may_have_taken(
+    redis_server: RedisServer, redis_url: str
+) -> None:
+    # Every command reaches Redis 0.3 s late: the task is cancelled while its script
+    # call is on the way, then the script takes the lease anyway.
+    with TcpProxy(redis_server.port, "delay", delay_seconds=0.3) as proxy:
+        sentinel = build(proxy.url)
+        await sentinel.acheck()
+        task = asyncio.create_task(sentinel.aevaluate("reports.render", "acme"))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.7)  # both delayed calls land (a real proxy's real delay)
+        await sentinel.aclose()
+    reader = build(redis_url)
+    assert reader.usage("reports.render", "acme").used == 0
+    assert reader.evaluate("reports.render", "acme").remaining == 1
+    reader.close()
+
+
+async def test_a_cancelled_token_bucket_decision_needs_no_hand_back(
+    redis_server: RedisServer,
+) -> None:
+    config = {"tb": {"algorithm": "token_bucket", "rate": "1/second", "fail_mode": "closed"}}
+    with TcpProxy(redis_server.port, "delay", delay_seconds=0.3) as proxy:
+        sentinel = build(proxy.url, config)
+        await sentinel.acheck()
+        proxy.reset_counters()
+        task = asyncio.create_task(sentinel.aevaluate("tb", "acme"))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.4)
+        assert len(proxy.commands) == 1  # the EVALSHA alone
+        await sentinel.aclose()
