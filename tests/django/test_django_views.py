@@ -15,7 +15,7 @@ from django.test import AsyncClient, Client, override_settings
 from django_harness import Configure, Http, LoopRunner, PeerAsyncClient
 
 import sentinel_django
-from sentinel_core import Sentinel, StartupError, UnknownEndpointError
+from sentinel_core import Algorithm, Sentinel, StartupError, UnknownEndpointError
 from sentinel_django import _loops, conf, rate_limited
 from sentinel_django.middleware import SentinelMiddleware
 from tests.support.adapter_config import bearer
@@ -245,9 +245,9 @@ def test_startup_check_runs_once_before_the_first_guarded_request(
         thread.join()
 
     assert sorted(results) == [200, 200, 200, 429, 429, 429]
-    # INFO server + INFO memory, and both scripts: once (on each primary of a cluster)
+    # INFO server + INFO memory, and each algorithm's script: once (on each primary of a cluster)
     assert _command_calls(redis_url, "info") == 2 * primaries
-    assert _command_calls(redis_url, "script|load") == 2 * primaries
+    assert _command_calls(redis_url, "script|load") == len(Algorithm) * primaries
 
 
 def test_app_ready_builds_sentinel_without_network_io(configure: Configure, redis_url: str) -> None:
