@@ -18,6 +18,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from sentinel_core import ConfigError, Decision, DecisionReason, Sentinel, load_config
@@ -431,3 +433,36 @@ def test_reset_counts_to_the_real_next_boundary_on_redis(redis_url: str, zone: s
         assert usage.period_end - usage.period_start == timedelta(days=1)
     finally:
         sentinel.close()
+
+
+@st.composite
+def quota_situations(draw: st.DrawFn) -> tuple[int, int, list[int], int, str | None]:
+    """(limit, cost, boundary offsets from TIME in us, which boundary, stored state)."""
+    limit = draw(st.integers(1, 50))
+    cost = draw(st.integers(0, limit))
+    lengths = draw(st.lists(st.integers(2 * MICRO, 40 * DAY_US), min_size=3, max_size=5))
+    into = draw(st.integers(MICRO, lengths[1] - MICRO))  # TIME sits inside period 1
+    offsets = [-lengths[0] - into, -into]
+    for length in lengths[1:]:
+        offsets.append(offsets[-1] + length)
+    stored = draw(st.sampled_from(["none", "junk", *(str(i) for i in range(len(offsets)))]))
+    count = draw(st.integers(0, limit + 3))
+    return limit, cost, offsets, count, stored
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(situation=quota_situations())
+def test_the_quota_script_matches_its_reference(
+    store: RedisStore, client: redis.Redis, situation: tuple[int, int, list[int], int, str]
+) -> None:
+    limit, cost, offsets, count, stored = situation
+    now = server_time_us(client)
+    table = tuple(now + offset for offset in offsets)
+    client.delete("k")
+    if stored == "junk":
+        client.set("k", "not:a:state")
+    elif stored != "none":
+        client.set("k", f"{count}:{table[int(stored)]}")
+    run_on_redis(store, client, "k", (limit, cost, *table))
