@@ -3,6 +3,7 @@ any other, so every registration change and pluggy's hook call monitoring are ho
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Any
 
@@ -11,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 import sentinel_core
 from sentinel_core import Decision, Sentinel
+from sentinel_core.observability._logging import DecisionLogPlugin
 
 EP = "dispatch.ep"
 
@@ -55,6 +57,12 @@ def test_registrations_are_honoured_decision_by_decision(
     registry = CollectorRegistry()
     sentinel = make_sentinel(registry)
     manager = sentinel.hooks.manager
+    # a log clock a second further on at every reading: each denial gets its own record
+    manager.unregister(name="sentinel.logging")
+    ticking = itertools.count(0, 1_000_000_000).__next__
+    sentinel.hooks.register_builtin(
+        DecisionLogPlugin(sentinel.breaker, ticking), "sentinel.logging"
+    )
     with caplog.at_level(logging.WARNING, logger="sentinel"):
         assert sentinel.evaluate(EP, "t").allowed
         assert not sentinel.evaluate(EP, "t").allowed

@@ -440,6 +440,9 @@ def _summary(counts: Counter[DecisionKey], logs: _DenialLogs) -> None:
     for (endpoint_id, reason, allowed), value in counts.items():
         labels = f'endpoint_id="{endpoint_id}",decision_reason="{reason}",allowed="{allowed}"'
         say(f"  {{{labels}}} {value}")
-    say(f"logs: {len(logs.records)} WARNING records on logger 'sentinel' (one per denial)")
+    say(
+        f"logs: {len(logs.records)} WARNING records on logger 'sentinel' "
+        "(at most one per endpoint, identity and reason per second)"
+    )
     for record in logs.records[-1:]:
         say(f"  e.g. {record.getMessage()}")
