@@ -20,6 +20,8 @@ LUA_SCRIPTS = (
     "sentinel_core/store/lua/integers.lua",
     "sentinel_core/store/lua/token_bucket.lua",
     "sentinel_core/store/lua/sliding_window.lua",
+    "sentinel_core/store/lua/concurrency.lua",
+    "sentinel_core/store/lua/quota.lua",
 )
 NEVER_SHIPPED = ("tests/", "benchmarks/", "examples/", "docs/", ".ci/")
 
