@@ -14,8 +14,6 @@ import os
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from sentinel_core._models import Algorithm, Decision, Policy
 from sentinel_core._plugins import Hooks, make_plugin_manager
 from sentinel_core.config._schema import SentinelConfig, load_config
@@ -23,6 +21,7 @@ from sentinel_core.decision._engine import DecisionEngine
 from sentinel_core.decision._leases import Lease, store_lease
 from sentinel_core.decision._local_denials import LocalDenials
 from sentinel_core.decision._usage import Usage, usage_call, usage_of
+from sentinel_core.errors import StoreError
 from sentinel_core.http._outcome import HttpLayer, Outcome, Prepared, RequestView
 from sentinel_core.identity._keys import Identity, tenant_identity
 from sentinel_core.observability._logging import DecisionLogPlugin
@@ -103,7 +102,7 @@ class Sentinel:
 
         Raises:
             StartupError: Redis is reachable but unfit (eviction policy, maxmemory, ...).
-            redis.exceptions.RedisError: Redis is unreachable.
+            StoreError: Redis is unreachable.
         """
         report = self.store.check(self.config.require_noeviction)
         report.raise_for_problems()
@@ -124,7 +123,7 @@ class Sentinel:
         """
         try:
             return self.check()
-        except RedisError as exc:
+        except StoreError as exc:
             self._defer_check(exc)
             return None
 
@@ -132,11 +131,11 @@ class Sentinel:
         """`startup` on the asyncio store."""
         try:
             return await self.acheck()
-        except RedisError as exc:
+        except StoreError as exc:
             self._defer_check(exc)
             return None
 
-    def _defer_check(self, exc: RedisError) -> None:
+    def _defer_check(self, exc: StoreError) -> None:
         self._check_deferred = True
         logger.error(
             "Redis unreachable at start-up (%s: %s); starting anyway, the decision table "
@@ -160,12 +159,12 @@ class Sentinel:
         with attempt:
             try:
                 reply = self.store.run(attempt.call)
-            except RedisError as exc:
+            except StoreError as exc:
                 return attempt.failed(exc)
             decision = attempt.succeeded(reply)
         if self._check_deferred:
             # A Redis error leaves it deferred: the next successful contact tries again.
-            with contextlib.suppress(RedisError):
+            with contextlib.suppress(StoreError):
                 self._run_deferred_check(self.store.check(self.config.require_noeviction))
         return decision
 
@@ -179,7 +178,7 @@ class Sentinel:
         with attempt:
             try:
                 reply = await self.async_store.arun(attempt.call)
-            except RedisError as exc:
+            except StoreError as exc:
                 return attempt.failed(exc)
             except asyncio.CancelledError:
                 if attempt.policy.algorithm is Algorithm.CONCURRENCY:
@@ -189,7 +188,7 @@ class Sentinel:
                 raise
             decision = attempt.succeeded(reply)
         if self._check_deferred:
-            with contextlib.suppress(RedisError):  # still deferred: tried at the next contact
+            with contextlib.suppress(StoreError):  # still deferred: tried at the next contact
                 report = await self.async_store.acheck(self.config.require_noeviction)
                 self._run_deferred_check(report)
         return decision
@@ -204,7 +203,7 @@ class Sentinel:
             return
         try:
             self.store.run(call)
-        except RedisError as exc:
+        except StoreError as exc:
             _release_failed(decision.policy, exc)
 
     async def arelease(self, decision: Decision) -> None:
@@ -217,7 +216,7 @@ class Sentinel:
             return
         try:
             await self.async_store.arun(call)
-        except RedisError as exc:
+        except StoreError as exc:
             _release_failed(policy, exc)
 
     @contextlib.contextmanager
@@ -244,7 +243,7 @@ class Sentinel:
         concurrency policy's leases), read by the store without counting anything.
 
         Raises:
-            redis.exceptions.RedisError: the store is unavailable.
+            StoreError: the store is unavailable.
         """
         policy = self.engine.policy(endpoint_id)
         call = usage_call(self.engine, policy, _identity(identity))
@@ -287,7 +286,7 @@ class Sentinel:
             await self._async_store.aclose()
 
 
-def _release_failed(policy: Policy, exc: RedisError) -> None:
+def _release_failed(policy: Policy, exc: StoreError) -> None:
     logger.warning(
         "lease on %s not handed back (%s: %s); it expires after lease_seconds=%d",
         policy.endpoint_id,

@@ -1,8 +1,11 @@
-"""Sentinel's exceptions: one base class, data on the exception, not only in the message."""
+"""Sentinel's exceptions: one base class, data on the exception, not only in the message.
+
+The store errors (`StoreError` and its subclasses) are what the decision table
+classifies. The stores translate redis-py's exceptions into them at one boundary
+(`sentinel_core.store._errors`), so nothing above the store imports redis-py.
+"""
 
 from __future__ import annotations
-
-from redis.exceptions import NoScriptError
 
 
 class SentinelError(Exception):
@@ -26,12 +29,32 @@ class StartupError(SentinelError):
     """The Redis server is reachable but unfit for Sentinel (eviction policy, maxmemory, ...)."""
 
 
-class ScriptMissingError(SentinelError, NoScriptError):
-    """A Lua script was still missing after one reload (NOSCRIPT twice in a row).
+class StoreError(SentinelError):
+    """The store gave no usable answer: SPEC §3's failure rows.
 
-    A `redis.exceptions.RedisError`, so the decision table classifies it like any Redis
-    failure: ``redis_noscript_retry``.
+    Raised only by the stores, translated from the driver's exception (kept as
+    ``__cause__``).
     """
+
+
+class StoreUnavailableError(StoreError):
+    """The store could not be reached, dropped the connection or refused the command:
+    ``redis_connection_error``."""
+
+
+class StoreTimeoutError(StoreUnavailableError):
+    """The store did not answer within ``socket_timeout_ms``: ``redis_timeout``."""
+
+
+class ScriptMissingError(StoreUnavailableError):
+    """A Lua script was still missing after one reload (NOSCRIPT twice in a row):
+    ``redis_noscript_retry``."""
+
+
+class StoreDataError(StoreError):
+    """The store answered, but a bucket's stored value made the script fail (a key of the
+    wrong type written by someone else). The store is healthy: this never counts toward
+    the circuit breaker."""
 
 
 class UnknownEndpointError(SentinelError, KeyError):

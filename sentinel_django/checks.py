@@ -31,9 +31,9 @@ from django.core.checks import (  # type: ignore[import-untyped]
 from django.core.checks import Warning as CheckWarning
 from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped]
 from django.urls import URLPattern, URLResolver, get_resolver  # type: ignore[import-untyped]
-from redis.exceptions import RedisError
 
 from sentinel_core import MEMORY_URL, ConfigError, StartupError, UnknownEndpointError, load_config
+from sentinel_core.errors import StoreError
 
 from . import conf
 from .decorators import view_endpoints
@@ -118,7 +118,7 @@ def check_redis(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list
         sentinel.check()
     except StartupError as error:
         return [Error(str(error), hint=_HINT_REDIS, id="sentinel.E003")]
-    except RedisError as error:
+    except StoreError as error:
         return [
             CheckWarning(
                 f"Redis is unreachable ({type(error).__name__}: {error}); the app would "

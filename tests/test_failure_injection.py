@@ -32,6 +32,7 @@ from sentinel_core import (
     Sentinel,
     TenantIdentity,
 )
+from sentinel_core.errors import StoreTimeoutError, StoreUnavailableError
 from sentinel_core.store._redis import AsyncRedisStore, RedisStore, connection_options
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.tcp_proxy import TcpProxy
@@ -785,7 +786,7 @@ def test_a_bug_in_the_store_propagates_and_hands_back_the_probe(
         sentinel.evaluate(OPEN_EP, "t")
     assert breaker.state is CLOSED, "a bug is not a Redis failure (threshold is 1)"
 
-    bug.error = redis.ConnectionError("down")
+    bug.error = StoreUnavailableError("down")
     assert sentinel.evaluate(OPEN_EP, "t").reason is R.REDIS_CONNECTION_ERROR
     assert breaker.state is OPEN
     clock.now += 30
@@ -809,7 +810,7 @@ async def test_a_bug_in_the_store_propagates_and_hands_back_the_probe_async(
     bug = Bug()
     monkeypatch.setattr(sentinel.async_store, "arun", bug.awrap(sentinel.async_store.arun))
     try:
-        bug.error = redis.TimeoutError("slow")
+        bug.error = StoreTimeoutError("slow")
         assert (await sentinel.aevaluate(CLOSED_EP, "t")).reason is R.FAIL_CLOSED
         assert breaker.state is OPEN
         clock.now += 30
@@ -837,7 +838,7 @@ async def test_a_cancelled_call_hands_back_the_probe(
     bug = Bug()
     monkeypatch.setattr(store, "arun", bug.awrap(store.arun))
     try:
-        bug.error = redis.ConnectionError("down")
+        bug.error = StoreUnavailableError("down")
         await sentinel.aevaluate(CLOSED_EP, "t")
         clock.now += 30
         bug.error = None

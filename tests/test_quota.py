@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from sentinel_core import ConfigError, Decision, DecisionReason, Sentinel, load_config
 from sentinel_core._models import MICRO
 from sentinel_core.decision._calendar import Calendars, boundary_us, locate, period_table
+from sentinel_core.errors import StoreError, StoreUnavailableError
 from sentinel_core.identity._keys import tenant_identity
 from sentinel_core.store._redis import MemoryStore, RedisStore
 from sentinel_core.store._reference import ScriptReply
@@ -207,7 +208,7 @@ class Harness:
         with attempt:
             try:
                 reply = self.store.run(attempt.call)
-            except redis.RedisError as exc:
+            except StoreError as exc:
                 return attempt.failed(exc)
             return attempt.succeeded(reply)
 
@@ -407,7 +408,7 @@ def test_time_outside_the_table_on_redis_is_an_error_reply(
         ("k",),
         (3, 1, now + DAY_US, now + 2 * DAY_US, now + 3 * DAY_US),
     )
-    with pytest.raises(redis.ResponseError, match="outside the period table"):
+    with pytest.raises(StoreUnavailableError, match="outside the period table"):
         store.run(call)
     assert client.get("k") is None
 

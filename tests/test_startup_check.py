@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from prometheus_client import CollectorRegistry
 
 from sentinel_core import Sentinel, SentinelError, ServerReport, StartupError
+from sentinel_core.errors import StoreUnavailableError
 from sentinel_core.store._scripts import all_scripts
 from tests.support.redis_server import RedisServer, free_port
 
@@ -161,14 +161,14 @@ def test_memory_store_check_passes_without_redis(sentinel_for: Any) -> None:
 
 def test_check_on_a_dead_port_raises_connection_error(sentinel_for: Any) -> None:
     sentinel = sentinel_for(f"redis://127.0.0.1:{free_port()}/0", socket_timeout_ms=500)
-    with pytest.raises(redis.exceptions.ConnectionError):
+    with pytest.raises(StoreUnavailableError):
         sentinel.check()
 
 
 async def test_async_check_on_a_dead_port_raises_connection_error(sentinel_for: Any) -> None:
     sentinel = sentinel_for(f"redis://127.0.0.1:{free_port()}/0", socket_timeout_ms=500)
     try:
-        with pytest.raises(redis.exceptions.ConnectionError):
+        with pytest.raises(StoreUnavailableError):
             await sentinel.acheck()
     finally:
         await sentinel.aclose()

@@ -27,13 +27,12 @@ from typing import Protocol
 
 import jwt
 from prometheus_client import REGISTRY, CollectorRegistry
-from redis.exceptions import RedisError
 
 from sentinel_core._models import Rate
 from sentinel_core._sentinel import Sentinel
 from sentinel_core.cli._console import EXIT_FAILED, EXIT_OK, describe, redact_url, say
 from sentinel_core.config._schema import SentinelConfig, load_config
-from sentinel_core.errors import StartupError
+from sentinel_core.errors import StartupError, StoreError
 from sentinel_core.http._outcome import RequestView
 
 TENANTS = ("acme", "globex")
@@ -334,7 +333,7 @@ def _store_ready(url: str, secret: str) -> bool:
     except StartupError as error:
         say(f"{shown} is not fit for Sentinel: {error} (see `sentinel check`)")
         return False
-    except RedisError as exc:
+    except StoreError as exc:
         say(f"cannot reach {shown}: {describe(exc)}")
         return False
     finally:

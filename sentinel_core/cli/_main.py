@@ -20,14 +20,13 @@ import sys
 from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry
-from redis.exceptions import RedisError
 
 from sentinel_core._sentinel import Sentinel
 from sentinel_core.cli._console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, describe, redact_url, say
 from sentinel_core.cli._demo import run_demo
 from sentinel_core.cli._usage import add_usage_command
 from sentinel_core.config._schema import SentinelConfig, load_config
-from sentinel_core.errors import ConfigError
+from sentinel_core.errors import ConfigError, StoreError
 from sentinel_core.store._protocol import Check
 
 CHECK_TIMEOUT_MS = 2_000
@@ -119,7 +118,7 @@ def run_check(args: argparse.Namespace) -> int:
         _report(Check("redis", False, f"invalid URL {redact_url(url)}: {exc}"))
         say("result: FAIL (fix the URL)")
         return EXIT_USAGE
-    except RedisError as exc:
+    except StoreError as exc:
         _report(Check("redis", False, f"cannot reach {redact_url(url)}: {describe(exc)}"))
         say("result: FAIL (Redis unreachable)")
         return EXIT_FAILED

@@ -12,14 +12,13 @@ from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from redis.exceptions import RedisError
 
 from sentinel_core._models import Algorithm, Policy
 from sentinel_core._sentinel import Sentinel
 from sentinel_core.cli._console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, describe, redact_url, say
 from sentinel_core.config._schema import load_config
 from sentinel_core.decision._usage import Usage
-from sentinel_core.errors import ConfigError
+from sentinel_core.errors import ConfigError, StoreError
 
 USAGE_TIMEOUT_MS = 2_000
 
@@ -60,7 +59,7 @@ def run_usage(args: argparse.Namespace) -> int:
     sentinel = Sentinel(config, registry=CollectorRegistry(), entry_points=False)
     try:
         rows = [(tenant, sentinel.usage(args.endpoint_id, tenant)) for tenant in args.tenants]
-    except RedisError as exc:
+    except StoreError as exc:
         say(f"sentinel usage: cannot reach {redact_url(url)}: {describe(exc)}")
         return EXIT_FAILED
     finally:

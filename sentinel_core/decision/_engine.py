@@ -21,26 +21,29 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from sentinel_core._models import Algorithm, Decision, DecisionReason, FailMode, Policy
 from sentinel_core._plugins import Hooks
 from sentinel_core.decision._calendar import Calendars
 from sentinel_core.decision._leases import Lease, LocalInflight, lease_call, lease_name, store_lease
 from sentinel_core.decision._local_denials import LocalDenials, Remembered
-from sentinel_core.errors import ScriptMissingError, UnknownEndpointError
+from sentinel_core.errors import (
+    ScriptMissingError,
+    StoreDataError,
+    StoreError,
+    StoreTimeoutError,
+    UnknownEndpointError,
+)
 from sentinel_core.identity._keys import Identity
 from sentinel_core.resilience._breaker import CircuitBreaker, Permit
 from sentinel_core.resilience._emergency import EmergencyLimiter
 from sentinel_core.store._scripts import ScriptCall, script_args
 
 
-def classify(exc: RedisError) -> DecisionReason:
-    """The decision reason of a Redis failure. Only `RedisError`s are ever classified."""
+def classify(exc: StoreError) -> DecisionReason:
+    """The decision reason of a store failure. Only `StoreError`s are ever classified."""
     if isinstance(exc, ScriptMissingError):
         return DecisionReason.REDIS_NOSCRIPT_RETRY
-    if isinstance(exc, RedisTimeoutError):
+    if isinstance(exc, StoreTimeoutError):
         return DecisionReason.REDIS_TIMEOUT
     return DecisionReason.REDIS_CONNECTION_ERROR
 
@@ -102,7 +105,7 @@ class DecisionEngine:
 
 class Attempt:
     """One decision in flight. Use it as a context manager around the Redis call, so a
-    call that ends in a bug (not a `RedisError`) hands its breaker permit back."""
+    call that ends in a bug (not a `StoreError`) hands its breaker permit back."""
 
     __slots__ = (
         "_call",
@@ -203,10 +206,17 @@ class Attempt:
             reset * 1_000_000,
         )
 
-    def failed(self, exc: RedisError) -> Decision:
-        """Redis failed: classify, count it against the breaker, apply the fail mode."""
+    def failed(self, exc: StoreError) -> Decision:
+        """The store failed: classify, count it against the breaker, apply the fail mode.
+
+        A data error (a bucket value the script could not use) is no verdict on the
+        store's health: its permit is handed back uncounted, so it never opens the
+        breaker and never closes it either."""
         assert self.permit is not None
-        self._engine.breaker.record_failure(self.permit)
+        if isinstance(exc, StoreDataError):
+            self._engine.breaker.release(self.permit)
+        else:
+            self._engine.breaker.record_failure(self.permit)
         return self._unavailable(classify(exc))
 
     def _unavailable(self, cause: DecisionReason) -> Decision:

@@ -12,14 +12,12 @@ on a single server. The start-up check runs on every primary.
 failover, and otherwise behaves as a single server.
 
 redis-py's cluster client raises ``RedisClusterException`` (not a ``RedisError``) when
-it cannot reach the cluster or a slot is uncovered mid-failover: this module is the one
-boundary that turns it into a ``ConnectionError``, so the decision table classifies it.
+it cannot reach the cluster or a slot is uncovered mid-failover: the store boundary
+(`sentinel_core.store._errors`) makes it a `StoreUnavailableError` like any other.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,11 +28,10 @@ import redis.cluster
 import redis.sentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from sentinel_core.errors import ConfigError
+from sentinel_core.store._errors import translated
 from sentinel_core.store._protocol import (
     Check,
     ServerReport,
@@ -48,10 +45,6 @@ from sentinel_core.store._scripts import ScriptCall
 
 CLUSTER_SCHEME = "redis+cluster://"
 SENTINEL_SCHEME = "redis+sentinel://"
-
-
-class ClusterUnavailableError(RedisConnectionError):
-    """The cluster client could not route a command (unreachable, slot uncovered)."""
 
 
 def parse_hosts(url: str, scheme: str) -> list[tuple[str, int]]:
@@ -83,14 +76,6 @@ def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], str, int]:
     return hosts, path[0], int(path[1]) if len(path) == 2 else 0
 
 
-@contextmanager
-def _classified() -> Iterator[None]:
-    try:
-        yield
-    except RedisClusterException as exc:
-        raise ClusterUnavailableError(str(exc)) from exc
-
-
 def _merge(reports: list[tuple[str, ServerReport]]) -> ServerReport:
     return ServerReport(
         tuple(
@@ -119,18 +104,18 @@ class ClusterStore:
     @property
     def client(self) -> redis.cluster.RedisCluster:
         if self._client is None:
-            with _classified():
+            with translated():
                 self._client = redis.cluster.RedisCluster(
                     startup_nodes=self._nodes, retry=Retry(NoBackoff(), 0), **self._options
                 )
         return self._client
 
     def run(self, call: ScriptCall) -> Any:
-        with _classified():
+        with translated():
             return drive(run_script(call), self.client.execute_command)
 
     def check(self, require_noeviction: bool) -> ServerReport:
-        with _classified():
+        with translated():
             client = self.client
             return _merge(
                 [
@@ -165,11 +150,11 @@ class AsyncClusterStore:
         )
 
     async def arun(self, call: ScriptCall) -> Any:
-        with _classified():
+        with translated():
             return await adrive(run_script(call), self.client.execute_command)
 
     async def acheck(self, require_noeviction: bool) -> ServerReport:
-        with _classified():
+        with translated():
             await self.client.initialize()
             reports = []
             for node in self.client.get_primaries():

@@ -18,6 +18,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from sentinel_core.store._errors import translated
 from sentinel_core.store._protocol import (
     Check,
     ServerReport,
@@ -81,10 +82,12 @@ class RedisStore:
         )
 
     def run(self, call: ScriptCall) -> Any:
-        return drive(run_script(call), self.client.execute_command)
+        with translated():
+            return drive(run_script(call), self.client.execute_command)
 
     def check(self, require_noeviction: bool) -> ServerReport:
-        return drive(check_server(require_noeviction), self.client.execute_command)
+        with translated():
+            return drive(check_server(require_noeviction), self.client.execute_command)
 
     def close(self) -> None:
         self.client.close()
@@ -99,10 +102,12 @@ class AsyncRedisStore:
         )
 
     async def arun(self, call: ScriptCall) -> Any:
-        return await adrive(run_script(call), self.client.execute_command)
+        with translated():
+            return await adrive(run_script(call), self.client.execute_command)
 
     async def acheck(self, require_noeviction: bool) -> ServerReport:
-        return await adrive(check_server(require_noeviction), self.client.execute_command)
+        with translated():
+            return await adrive(check_server(require_noeviction), self.client.execute_command)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -137,7 +142,8 @@ class MemoryStore:
         with self._lock:
             now = self._clock_us()
             states = [self._live(key, now) for key in call.keys]
-            reply, writes = run_reference(call, states, now)
+            with translated():  # the reference raises what the script would
+                reply, writes = run_reference(call, states, now)
             for write in writes or ():
                 self._data[call.keys[write.index]] = (write.value, now + write.ttl_ms * 1_000)
                 self._writes += 1
