@@ -85,6 +85,17 @@ class Hooks:
         result: str | Identity | None = self._hook.sentinel_identify(request=request, policy=policy)
         return result
 
+    def exempt(self, request: Any, policy: Policy) -> bool | None:
+        hook = self._hook.sentinel_exempt
+        if not hook.get_hookimpls():  # the usual case: no pluggy call on the hot path
+            return None
+        verdict: object = hook(request=request, policy=policy)
+        if verdict is not None and not isinstance(verdict, bool):
+            raise TypeError(
+                f"sentinel_exempt must return True, False or None, not {type(verdict).__name__}"
+            )
+        return verdict
+
     def resolve_policy(self, endpoint_id: str, identity: Identity, policy: Policy) -> Policy:
         hook = self._hook.sentinel_resolve_policy
         # Hot path: with no implementation (the usual case) skip pluggy's call machinery,

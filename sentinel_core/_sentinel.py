@@ -66,7 +66,8 @@ class Sentinel:
             on_transition=self.hooks.breaker_transition,
         )
         # The built-in observers are plain plugins: unregister them by name to opt out.
-        self.hooks.register_builtin(MetricsPlugin(registry, self.breaker.state), "sentinel.metrics")
+        metrics = MetricsPlugin(registry, self.breaker.state)
+        self.hooks.register_builtin(metrics, "sentinel.metrics")
         self.hooks.register_builtin(DecisionLogPlugin(self.breaker), "sentinel.logging")
         self.engine = DecisionEngine(
             self.config.policies,
@@ -75,7 +76,7 @@ class Sentinel:
             self.hooks,
             LocalDenials(self.config.local_denials_ms),
         )
-        self.http = HttpLayer(self.config, self.hooks)
+        self.http = HttpLayer(self.config, self.hooks, on_exempt=metrics.exempted)
         self._memory = MemoryStore() if self.config.redis_url.startswith(MEMORY_URL) else None
         self._sync_store: SyncStore | None = self._memory
         self._async_store: AsyncStore | None = self._memory

@@ -75,6 +75,30 @@ def sentinel_resolve_policy(endpoint_id: str, identity: Identity, policy: Policy
     """
 
 
+@hookspec(firstresult=True)
+def sentinel_exempt(request: Any, policy: Policy) -> bool | None:
+    """Return True to exempt ``request`` from ``policy``, False to refuse any exemption,
+    or None to let the configuration's ``exempt`` section decide.
+
+    An exempt request never reaches the store: no Redis call, no decision (so
+    `sentinel_decision` is not called), no RateLimit headers; it is counted in
+    ``sentinel_exempt_total{endpoint_id}``. The first non-None answer is final: True
+    exempts even a request without credentials, False keeps a listed tenant or network
+    limited (e.g. on an endpoint no one may bypass)::
+
+        @hookimpl
+        def sentinel_exempt(request, policy):
+            if policy.endpoint_id == "auth.login":
+                return False  # nobody bypasses the login limit
+            return None
+
+    Called once per guarded endpoint of an HTTP request, before identification, with
+    the framework-neutral `RequestView` (``request.native`` is the framework's request).
+    Exempting on a client-chosen value (a header, a query parameter) hands the bypass to
+    every client: verify what you rely on.
+    """
+
+
 @hookspec
 def sentinel_decision(decision: Decision, request: Any) -> None:
     """Observe a decision after it was made; return values are ignored.

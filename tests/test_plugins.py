@@ -297,6 +297,7 @@ def test_every_hook_has_reference_documentation() -> None:
     assert names == [
         "sentinel_breaker_transition",
         "sentinel_decision",
+        "sentinel_exempt",
         "sentinel_identify",
         "sentinel_resolve_policy",
     ]
@@ -314,6 +315,10 @@ def test_every_hook_is_called_by_one_guarded_request_on_a_failing_redis() -> Non
     called: set[str] = set()
 
     class Recorder:
+        @hookimpl
+        def sentinel_exempt(self, request: Any, policy: Any) -> None:
+            called.add("sentinel_exempt")
+
         @hookimpl
         def sentinel_identify(self, request: Any, policy: Any) -> None:
             called.add("sentinel_identify")

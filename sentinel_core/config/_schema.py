@@ -26,6 +26,7 @@ from sentinel_core.config._identity import (
     parse_jwt,
 )
 from sentinel_core.config._limits import LEASE_OR_QUOTA, parse_lease_or_quota
+from sentinel_core.config._network import ExemptConfig, Network, parse_exempt, parse_networks
 from sentinel_core.config._reader import Section, parse_rate
 from sentinel_core.errors import ConfigError
 from sentinel_core.store._cluster import (
@@ -70,6 +71,8 @@ class SentinelConfig:
     routes: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     local_denials_ms: int = 1000
     """How long at most a process answers a bucket's denials itself (SPEC §3); 0: never."""
+    exempt: ExemptConfig = field(default_factory=ExemptConfig)
+    trusted_proxies: tuple[Network, ...] = ()
 
 
 def load_config(
@@ -131,6 +134,9 @@ def _parse(root: Section) -> SentinelConfig:
     policies = _parse_policies(policies_section, anonymous)
     routes_section = root.section("routes")
     routes = _parse_routes(routes_section, policies) if routes_section is not None else {}
+    exempt_section = root.section("exempt")
+    exempt = parse_exempt(exempt_section) if exempt_section is not None else ExemptConfig()
+    proxies = parse_networks(root, "trusted_proxies") if root.has("trusted_proxies") else ()
     root.finish()
     return SentinelConfig(
         redis_url=redis_url,
@@ -143,6 +149,8 @@ def _parse(root: Section) -> SentinelConfig:
         ratelimit_headers=ratelimit_headers,
         routes=MappingProxyType(routes),
         local_denials_ms=local_denials_ms,
+        exempt=exempt,
+        trusted_proxies=proxies,
     )
 
 

@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,8 @@ from sentinel_core._plugins import Hooks
 from sentinel_core.config._schema import SentinelConfig
 from sentinel_core.errors import ConfigError, UnknownEndpointError
 from sentinel_core.identity._anonymous import DeviceCookies, client_network
+from sentinel_core.identity._client_address import ClientAddresses
+from sentinel_core.identity._exempt import Exemptions
 from sentinel_core.identity._jwt import AuthError, JwtVerifier
 from sentinel_core.identity._keys import (
     AnonymousIdentity,
@@ -97,6 +99,11 @@ class Outcome:
     media_type: str = PROBLEM_JSON
 
 
+EXEMPT = Outcome(True, 200, ())
+"""The outcome of an exempt request: run the handler, add nothing, and charge nothing
+for this endpoint id (callers guarding several ids go on with the next one)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A request whose identity is known and may now be decided."""
@@ -108,9 +115,17 @@ class Prepared:
 class HttpLayer:
     """Identity resolution and outcome mapping for one configuration."""
 
-    def __init__(self, config: SentinelConfig, hooks: Hooks) -> None:
+    def __init__(
+        self,
+        config: SentinelConfig,
+        hooks: Hooks,
+        *,
+        on_exempt: Callable[[str], None] = lambda endpoint_id: None,
+    ) -> None:
         self._config = config
         self._hooks = hooks
+        self._clients = ClientAddresses(config.trusted_proxies)
+        self._exemptions = Exemptions(config.exempt, hooks, on_exempt)
         self._jwt = JwtVerifier(config.jwt) if config.jwt is not None else None
         self._cookies = DeviceCookies(config.anonymous) if config.anonymous is not None else None
 
@@ -136,16 +151,33 @@ class HttpLayer:
         return policy
 
     def prepare(self, policy: Policy, request: RequestView) -> Prepared | Outcome:
-        """The request's identity, or the 401 outcome of a tenant request without one.
+        """The request's identity, the 401 outcome of a tenant request without one, or
+        `EXEMPT` for a request that must not be limited (see `identity._exempt`).
 
         A plugin's `sentinel_identify` answer comes first; then the policy's built-in
         identity. Raises nothing for anything a client can send.
         """
+        client = self._clients.resolve(request.peer, request.headers)
+        exempt = self._exemptions.by_request(request, policy, client)
+        if exempt is None:
+            prepared = self._identify(policy, request, client)
+            if not isinstance(prepared, Prepared) or not self._exemptions.by_identity(
+                prepared.identity
+            ):
+                return prepared
+        elif not exempt:
+            return self._identify(policy, request, client)
+        self._exemptions.count(policy)
+        return EXEMPT
+
+    def _identify(
+        self, policy: Policy, request: RequestView, client: str | None
+    ) -> Prepared | Outcome:
         custom = _custom_identity(self._hooks.identify(request, policy))
         if custom is not None:
             return Prepared(custom, None)
         if policy.identity is IdentityKind.ANONYMOUS:
-            return self._anonymous(request)
+            return self._anonymous(request, client)
         if self._jwt is None:
             # Tenant identity came from a plugin that had none for this request.
             return unauthorized(AuthError(None, "credentials required"))
@@ -198,7 +230,7 @@ class HttpLayer:
             return ratelimit_headers(decision, emergency=True)
         return []
 
-    def _anonymous(self, request: RequestView) -> Prepared:
+    def _anonymous(self, request: RequestView, client: str | None) -> Prepared:
         assert self._cookies is not None  # the config loader requires the section
         settings = self._cookies.config
         device_id = self._cookies.verify(request.cookies.get(settings.cookie_name))
@@ -208,7 +240,7 @@ class HttpLayer:
             cookie = Cookie(
                 settings.cookie_name, value, settings.cookie_max_age_seconds, settings.secure
             )
-        return Prepared(AnonymousIdentity(device_id, client_network(request.peer)), cookie)
+        return Prepared(AnonymousIdentity(device_id, client_network(client)), cookie)
 
 
 def unauthorized(error: AuthError) -> Outcome:

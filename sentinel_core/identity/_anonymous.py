@@ -8,7 +8,8 @@ accepts the previous secrets too, so secrets rotate without resetting devices; a
 that does not verify is treated as absent (a new device), never as an error. The
 version prefix lets a later format coexist with this one during a rotation.
 
-The network comes from the peer address only: an IPv4 address as is (IPv4-mapped IPv6
+The network comes from the client address (the peer, or what trusted proxies
+forwarded, see `_client_address`): an IPv4 address as is (IPv4-mapped IPv6
 included), an IPv6 address by its /64 prefix (one subscriber owns a /64, so bucketing
 by address would hand each client 2**64 buckets), anything else one shared "unknown"
 bucket.
@@ -24,6 +25,7 @@ import re
 import secrets
 
 from sentinel_core.config._identity import AnonymousConfig
+from sentinel_core.identity._client_address import parse_address
 
 COOKIE_VERSION = "v1"
 _DEVICE_ID_BYTES = 16
@@ -69,21 +71,12 @@ def _sign(secret: bytes, device_id: str) -> bytes:
     return _b64(digest).encode()
 
 
-def client_network(peer: str | None) -> str:
-    """The bucket of a peer address: IPv4 by address, IPv6 by /64, else ``unknown``."""
-    if not peer or len(peer) > 64:
-        return "unknown"
-    text = peer.strip()
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    try:
-        address = ipaddress.ip_address(text.split("%", 1)[0])
-    except ValueError:
+def client_network(client: str | None) -> str:
+    """The bucket of a client address: IPv4 by address, IPv6 by /64, else ``unknown``."""
+    address = parse_address(client)
+    if address is None:
         return "unknown"
     if isinstance(address, ipaddress.IPv6Address):
-        mapped = address.ipv4_mapped
-        if mapped is not None:
-            return f"ipv4:{mapped}"
         network = ipaddress.IPv6Network((address, 64), strict=False)
         return f"ipv6:{network.network_address}/64"
     return f"ipv4:{address}"

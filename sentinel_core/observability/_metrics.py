@@ -92,6 +92,12 @@ class SentinelMetrics:
             ["endpoint_id"],
             registry=registry,
         )
+        self.exempt = Counter(
+            "sentinel_exempt",
+            "Requests exempt from limiting (the exempt section or a sentinel_exempt plugin).",
+            ["endpoint_id"],
+            registry=registry,
+        )
         for state in BreakerState:
             # Every state's series exists from the start, so rate() and alerts see a 0.
             self.transitions.labels(state=str(state))
@@ -199,6 +205,10 @@ class MetricsPlugin:
     @hookimpl
     def sentinel_decision(self, decision: Decision, request: Any) -> None:
         self.metrics.record(decision)
+
+    def exempted(self, endpoint_id: str) -> None:
+        """Count one exempt request (they produce no decision to observe)."""
+        self.metrics.exempt.labels(endpoint_id=endpoint_id).inc()
 
     @hookimpl
     def sentinel_breaker_transition(self, previous: BreakerState, current: BreakerState) -> None:

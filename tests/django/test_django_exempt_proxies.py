@@ -1,0 +1,103 @@
+"""Exemptions and trusted proxies through Django (sync views with ``Client``, async
+views with ``AsyncClient``), on the store under test: exempt tenants and networks never
+reach it, and a forwarded client address is believed only from a trusted proxy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_harness import Configure, Http
+
+from tests.support.adapter_config import bearer
+from tests.support.exemptions import (
+    EXEMPT_NETWORK,
+    EXEMPT_TENANT,
+    PROXY,
+    UNTRUSTED,
+    store_untouched,
+)
+
+
+def configure_exemptions(configure: Configure) -> dict[str, Any]:
+    return configure(
+        exempt={"tenants": [EXEMPT_TENANT], "networks": [EXEMPT_NETWORK]},
+        trusted_proxies=[f"{PROXY}/32"],
+    )
+
+
+def warm_up(http: Http) -> None:
+    """One limited request: Django builds Sentinel, connects and checks Redis lazily."""
+    assert http.post(f"{http.prefix}/ingest", Authorization=bearer("warm-up")).status_code == 200
+
+
+def assert_exempt(response: Any) -> None:
+    assert response.status_code == 200
+    assert not response.has_header("RateLimit")
+    assert not response.has_header("RateLimit-Policy")
+
+
+def assert_exempt_requests(http: Http, redis_url: str, count: int, **options: Any) -> None:
+    """Send ``count`` requests that must be exempt, and cost the store nothing."""
+    warm_up(http)
+    with store_untouched(redis_url):
+        responses = [http.post(f"{http.prefix}/ingest", **options) for _ in range(count)]
+    for response in responses:
+        assert_exempt(response)
+
+
+def test_an_exempt_tenant_never_reaches_the_store(
+    http: Http, configure: Configure, redis_url: str
+) -> None:
+    configure_exemptions(configure)
+    assert_exempt_requests(http, redis_url, 6, Authorization=bearer(EXEMPT_TENANT))
+    ingest = f"{http.prefix}/ingest"
+    limited = [http.post(ingest, Authorization=bearer("acme")).status_code for _ in range(4)]
+    assert limited == [200, 200, 200, 429]
+
+
+def test_an_exempt_network_needs_no_token_and_never_reaches_the_store(
+    http: Http, configure: Configure, redis_url: str
+) -> None:
+    configure_exemptions(configure)
+    assert_exempt_requests(http, redis_url, 5, peer="198.51.100.20")
+    assert http.post(f"{http.prefix}/ingest", peer=UNTRUSTED).status_code == 401
+
+
+def test_a_forwarded_exempt_network_counts_only_through_the_trusted_proxy(
+    http: Http, configure: Configure
+) -> None:
+    configure_exemptions(configure)
+    ingest = f"{http.prefix}/ingest"
+    forwarded = {"X-Forwarded-For": "198.51.100.7"}
+    assert_exempt(http.post(ingest, peer=PROXY, **forwarded))
+    assert http.post(ingest, peer=UNTRUSTED, **forwarded).status_code == 401
+
+
+def logins(http: Http, peer: str, forwarded_for: list[str]) -> list[int]:
+    """One login per forwarded address, each from a new device (cookies dropped)."""
+    statuses = []
+    for address in forwarded_for:
+        http.cookies.clear()
+        response = http.post(f"{http.prefix}/login", peer=peer, **{"X-Forwarded-For": address})
+        statuses.append(response.status_code)
+    return statuses
+
+
+def test_a_spoofed_forwarded_for_is_ignored_from_an_untrusted_peer(
+    http: Http, configure: Configure
+) -> None:
+    configure_exemptions(configure)
+    statuses = logins(http, UNTRUSTED, ["192.0.2.101", "192.0.2.102", "192.0.2.103"])
+    # The network bucket (2/minute) is the peer's, whatever the header says.
+    assert statuses == [200, 200, 429]
+
+
+def test_a_forwarded_for_is_honoured_from_a_trusted_proxy(http: Http, configure: Configure) -> None:
+    configure_exemptions(configure)
+    distinct = logins(http, PROXY, ["192.0.2.101", "192.0.2.102", "192.0.2.103"])
+    # The client is the rightmost untrusted hop: what it wrote further left is ignored.
+    one_client = logins(
+        http, PROXY, ["1.1.1.1, 192.0.2.200", "2.2.2.2, 192.0.2.200", "3.3.3.3,192.0.2.200"]
+    )
+    assert distinct == [200, 200, 200]
+    assert one_client == [200, 200, 429]

@@ -1,0 +1,124 @@
+"""FastAPI over ASGI: exempt tenants and networks cost the store nothing, and the ASGI
+``client`` forwards for others only when it is a trusted proxy (repeated header lines
+included, which Starlette keeps apart)."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.fastapi.apps import MakeApp, Probe
+from tests.fastapi.conftest import serve
+from tests.fastapi.test_fastapi_http import Decisions
+from tests.support.adapter_config import bearer
+from tests.support.exemptions import (
+    EXEMPT_TENANT,
+    PROXY,
+    UNTRUSTED,
+    exemptions_config,
+    store_untouched,
+)
+
+
+def assert_exempt(response: httpx.Response) -> None:
+    assert response.status_code == 200
+    assert "ratelimit" not in response.headers
+    assert "ratelimit-policy" not in response.headers
+
+
+async def test_an_exempt_tenant_never_reaches_the_store(
+    make_app: MakeApp, redis_url: str, probe: Probe
+) -> None:
+    decisions = Decisions()
+    app = make_app(exemptions_config(redis_url), plugins=[decisions])
+    async with serve(app) as http:
+        with store_untouched(redis_url):
+            responses = [
+                await http.post("/v1/ingest", headers={"Authorization": bearer(EXEMPT_TENANT)})
+                for _ in range(6)  # twice the policy's limit of 3
+            ]
+        limited = [
+            (await http.post("/v1/ingest", headers={"Authorization": bearer("acme")})).status_code
+            for _ in range(4)
+        ]
+
+    for response in responses:
+        assert_exempt(response)
+    assert probe.calls["ingest"] == 6 + 3
+    assert limited == [200, 200, 200, 429]
+    assert [d.endpoint_id for d in decisions.seen] == ["pdftalk.ingest"] * 4
+
+
+async def test_an_exempt_network_needs_no_token_and_never_reaches_the_store(
+    make_app: MakeApp, redis_url: str
+) -> None:
+    app = make_app(exemptions_config(redis_url))
+    async with serve(app, peer=("198.51.100.20", 4000)) as http:
+        with store_untouched(redis_url):
+            exempt = [await http.post("/v1/ingest") for _ in range(5)]
+    async with serve(app, peer=(UNTRUSTED, 4000)) as http:
+        outside = await http.post("/v1/ingest")
+
+    for response in exempt:
+        assert_exempt(response)
+    assert outside.status_code == 401
+
+
+async def test_a_forwarded_exempt_network_counts_only_through_the_trusted_proxy(
+    make_app: MakeApp, redis_url: str
+) -> None:
+    app = make_app(exemptions_config(redis_url))
+    forwarded = {"X-Forwarded-For": "198.51.100.7"}
+    async with serve(app, peer=(PROXY, 4000)) as http:
+        via_proxy = await http.post("/v1/ingest", headers=forwarded)
+    async with serve(app, peer=(UNTRUSTED, 4000)) as http:
+        spoofed = await http.post("/v1/ingest", headers=forwarded)
+
+    assert_exempt(via_proxy)
+    assert spoofed.status_code == 401
+
+
+async def logins(http: httpx.AsyncClient, forwarded_for: list[str]) -> list[int]:
+    """One login per forwarded address, each from a new device (no cookie kept)."""
+    statuses = []
+    for address in forwarded_for:
+        http.cookies.clear()
+        response = await http.post("/auth/login", headers={"X-Forwarded-For": address})
+        statuses.append(response.status_code)
+    return statuses
+
+
+async def test_a_spoofed_forwarded_for_is_ignored_from_an_untrusted_peer(
+    make_app: MakeApp, redis_url: str
+) -> None:
+    spoofed = ["192.0.2.101", "192.0.2.102", "192.0.2.103"]
+    async with serve(make_app(exemptions_config(redis_url)), peer=(UNTRUSTED, 4000)) as http:
+        statuses = await logins(http, spoofed)
+    # The network bucket (2/minute) is the peer's, whatever the header says.
+    assert statuses == [200, 200, 429]
+
+
+async def test_a_forwarded_for_is_honoured_from_a_trusted_proxy(
+    make_app: MakeApp, redis_url: str
+) -> None:
+    async with serve(make_app(exemptions_config(redis_url)), peer=(PROXY, 4000)) as http:
+        distinct = await logins(http, ["192.0.2.101", "192.0.2.102", "192.0.2.103"])
+        # The client is the rightmost untrusted hop: what it wrote further left is ignored.
+        one_client = await logins(
+            http, ["1.1.1.1, 192.0.2.200", "2.2.2.2, 192.0.2.200", "3.3.3.3,192.0.2.200"]
+        )
+    assert distinct == [200, 200, 200]
+    assert one_client == [200, 200, 429]
+
+
+async def test_a_forwarded_for_sent_on_two_lines_is_read_whole(
+    make_app: MakeApp, redis_url: str
+) -> None:
+    """A client's own ``X-Forwarded-For`` line and the proxy's appended line: the
+    client is the proxy's (rightmost) entry, not the first line's."""
+    async with serve(make_app(exemptions_config(redis_url)), peer=(PROXY, 4000)) as http:
+        statuses = []
+        for spoof in ("1.1.1.1", "2.2.2.2", "3.3.3.3"):
+            http.cookies.clear()
+            headers = [("X-Forwarded-For", spoof), ("X-Forwarded-For", "192.0.2.200")]
+            statuses.append((await http.post("/auth/login", headers=headers)).status_code)
+    assert statuses == [200, 200, 429]

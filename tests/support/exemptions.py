@@ -1,0 +1,57 @@
+"""What the exemption and trusted-proxy suites of every adapter share: the configuration
+and a count of the commands the store has run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tests.support.adapter_config import spec_config
+from tests.support.redis_admin import RedisAdmin
+
+EXEMPT_TENANT = "vip-tenant"
+EXEMPT_NETWORK = "198.51.100.0/24"
+"""Exempt client network (TEST-NET-2); `PROXY` forwards for clients in it too."""
+PROXY = "192.0.2.10"
+"""The trusted proxy's address (TEST-NET-1)."""
+UNTRUSTED = "203.0.113.99"
+"""A peer nobody trusts, sending the same forwarding headers as the proxy."""
+
+
+def exemptions_config(redis_url: str, **overrides: Any) -> dict[str, Any]:
+    """SPEC §2's policies with an exempt tenant and network and one trusted proxy."""
+    return spec_config(
+        redis_url,
+        exempt={"tenants": [EXEMPT_TENANT], "networks": [EXEMPT_NETWORK]},
+        trusted_proxies=[f"{PROXY}/32"],
+        **overrides,
+    )
+
+
+_BACKGROUND = frozenset({"cmdstat_info", "cmdstat_replconf", "cmdstat_ping"})
+"""What the store runs whoever asks: ``INFO`` (our own question), and what a cluster's
+nodes send each other (replicas' ``REPLCONF ACK`` every second, ``PING``)."""
+
+
+@contextmanager
+def store_untouched(redis_url: str) -> Iterator[None]:
+    """Assert that the store behind ``redis_url`` (every primary of a cluster) runs no
+    command for any client while the block runs: ``INFO commandstats`` before and after,
+    read by one admin connection (a new one would discover the cluster again)."""
+    admin = RedisAdmin(redis_url)
+    try:
+        before = _commands(admin)
+        yield
+        assert _commands(admin) == before
+    finally:
+        admin.close()
+
+
+def _commands(admin: RedisAdmin) -> dict[str, int]:
+    stats = admin.info("commandstats")
+    return {
+        name: int(value["calls"])
+        for name, value in stats.items()
+        if name.startswith("cmdstat_") and name not in _BACKGROUND
+    }
