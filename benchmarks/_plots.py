@@ -104,3 +104,25 @@ def latency_bars_png(path: Path, rows: Sequence[tuple[str, float, float]], *, ti
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def bars_png(
+    path: Path,
+    names: Sequence[str],
+    panels: Sequence[tuple[str, Sequence[float]]],
+    *,
+    title: str,
+) -> None:
+    """One bar panel per measure (log scale), the same contenders in each."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.8))
+    for axis, (label, values) in zip(axes, panels, strict=True):
+        axis.bar(range(len(names)), [max(v, 1e-6) for v in values])
+        axis.set_xticks(list(range(len(names))), names, fontsize=7, rotation=35, ha="right")
+        axis.set_yscale("log")
+        axis.set_title(label, fontsize=9)
+    figure.suptitle(title, fontsize=11)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

@@ -1,0 +1,415 @@
+"""A flood of denied requests: what one identity far over its limit costs, Sentinel
+beside Flask-Limiter, slowapi and django-ratelimit, through real servers.
+
+Each contender is a real server with 4 worker processes on loopback (gunicorn -w 4
+for Flask and Django, uvicorn --workers 4 for FastAPI), on a fresh redis-server of its
+own, with one limit of ``10/second`` for one identity (Sentinel: a JWT tenant; the
+peers: their documented key, the client address). ``wrk`` floods ``/limited`` with 16
+connections for ``--seconds`` (30 by default), nearly every request denied. Measured:
+
+* **Redis commands per denied request**: every command Redis ran (``INFO
+  commandstats``, those run inside scripts included, the benchmark's own INFO/CONFIG
+  excluded) over the denials;
+* **CPU seconds per 1,000 denials**: user + system time of the server's processes
+  (master and workers, from ``/proc``) over the flood, per 1,000 denials;
+* **log lines per second**, written by the workers with INFO logging on (each
+  library's own records: Flask-Limiter and slowapi log every breach at INFO, Sentinel
+  at most one WARNING per endpoint, identity and reason per second and process);
+* **p50 of a denied response** and the **in-stack floor**: after the flood, one
+  connection sends sequential requests, rounds interleaved, to ``/bare`` (same
+  handler, no limiter), ``/evalsha`` (the handler awaiting one bare ``EVALSHA``) and
+  ``/limited`` (denied). The denial's *added* p50 is ``limited - bare``; the floor is
+  ``evalsha - bare``, one Redis round trip inside that stack.
+
+Run from the repository root (``wrk`` on PATH: ``apt-get install wrk``)::
+
+    /work/venv/bin/python -m benchmarks.bench_flood               # ~6 minutes
+    /work/venv/bin/python -m benchmarks.bench_flood --seconds 5   # a quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+if not __package__:  # run as a file: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis
+
+from benchmarks._common import machine_note, markdown_table, private_redis
+from benchmarks._flood_apps import token
+from tests.support.redis_server import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKERS = 4
+CONNECTIONS = 16
+ADMIN_COMMANDS = {"info", "config|resetstat", "config", "ping", "command", "command|docs"}
+
+
+@dataclass(frozen=True)
+class Contender:
+    name: str
+    framework: str
+    kind: str
+    """``FLOOD_KIND`` for `_flood_apps`."""
+    logger: str
+    """The limiter's own logger (its records are counted apart from the framework's)."""
+
+
+CONTENDERS = (
+    Contender("Sentinel (Flask)", "flask", "sentinel", "sentinel"),
+    Contender("Flask-Limiter", "flask", "flask-limiter", "flask-limiter"),
+    Contender("Sentinel (FastAPI)", "fastapi", "sentinel", "sentinel"),
+    Contender("slowapi", "fastapi", "slowapi", "slowapi"),
+    Contender("Sentinel (Django)", "django", "sentinel", "sentinel"),
+    Contender("django-ratelimit", "django", "django-ratelimit", "django_ratelimit"),
+)
+
+
+@dataclass
+class Result:
+    contender: Contender
+    seconds: float
+    requests: int
+    denied: int
+    commands: int
+    cpu_seconds: float
+    log_lines: int
+    """Written by the limiter's own logger."""
+    all_log_lines: int
+    """Everything the workers logged (Django, for one, logs every 4xx at WARNING)."""
+    flood_p50_us: float
+    bare_p50_us: float
+    evalsha_p50_us: float
+    limited_p50_us: float
+
+    @property
+    def commands_per_denial(self) -> float:
+        return self.commands / self.denied
+
+    @property
+    def cpu_per_1000(self) -> float:
+        return self.cpu_seconds / self.denied * 1_000
+
+    @property
+    def added_us(self) -> float:
+        return self.limited_p50_us - self.bare_p50_us
+
+    @property
+    def floor_us(self) -> float:
+        return self.evalsha_p50_us - self.bare_p50_us
+
+
+def server_command(contender: Contender, port: int) -> list[str]:
+    bind = f"127.0.0.1:{port}"
+    bin_dir = Path(sys.executable).parent
+    if contender.framework == "fastapi":
+        return [
+            str(bin_dir / "uvicorn"),
+            "--factory",
+            "benchmarks._flood_apps:fastapi_app",
+            "--workers",
+            str(WORKERS),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ]
+    factory = "flask_app" if contender.framework == "flask" else "django_app"
+    return [
+        str(bin_dir / "gunicorn"),
+        "-w",
+        str(WORKERS),
+        "-b",
+        bind,
+        "--log-level",
+        "warning",
+        f"benchmarks._flood_apps:{factory}()",
+    ]
+
+
+def denial_status(port: int) -> int:
+    """The status of one request to /limited (the identity is over its limit by now)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(
+            b"GET /limited HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            + f"Authorization: Bearer {token()}\r\n\r\n".encode()
+        )
+        return int(conn.recv(64).split()[1])
+
+
+def wait_until_serving(port: int, deadline_s: float = 60) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+                conn.sendall(b"GET /bare HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                if conn.recv(64).startswith(b"HTTP/1.1 200"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"no server on port {port} after {deadline_s}s")
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and every descendant, from /proc."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    tree, frontier = [root], [root]
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier]
+        tree += children
+        frontier = children
+    return tree
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU of ``pids`` (those still alive), from /proc/<pid>/stat."""
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def commands_run(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return sum(
+        int(value["calls"])
+        for name, value in stats.items()
+        if name.removeprefix("cmdstat_") not in ADMIN_COMMANDS
+    )
+
+
+_UNITS = {"us": 1.0, "ms": 1_000.0, "s": 1_000_000.0}
+
+
+def wrk(url: str, seconds: float, connections: int, threads: int) -> tuple[int, int, float]:
+    """Run wrk; (requests, non-2xx responses, p50 in µs)."""
+    out = subprocess.run(
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{max(1, round(seconds))}s",
+            "--latency",
+            "-H",
+            f"Authorization: Bearer {token()}",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=seconds + 60,
+    ).stdout
+    requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    p50 = re.search(r"50%\s+([\d.]+)(us|ms|s)", out)
+    assert p50 is not None, out
+    return (
+        requests,
+        int(non_2xx.group(1)) if non_2xx else 0,
+        float(p50.group(1)) * _UNITS[p50.group(2)],
+    )
+
+
+def probe(base: str, seconds: float, rounds: int) -> tuple[float, float, float]:
+    """Sequential p50s (µs) of /bare, /evalsha, /limited: rounds interleaved, medians."""
+    p50s: dict[str, list[float]] = {"bare": [], "evalsha": [], "limited": []}
+    for _ in range(rounds):
+        for route in p50s:
+            p50s[route].append(wrk(f"{base}/{route}", seconds, 1, 1)[2])
+    bare, evalsha, limited = (statistics.median(p50s[r]) for r in ("bare", "evalsha", "limited"))
+    return bare, evalsha, limited
+
+
+def measure(contender: Contender, seconds: float, probe_seconds: float, rounds: int) -> Result:
+    with private_redis() as server, tempfile.TemporaryFile("w+") as log:
+        client = server.client()
+        port = free_port()
+        env = {**os.environ, "FLOOD_KIND": contender.kind, "FLOOD_REDIS": server.url}
+        process = subprocess.Popen(
+            server_command(contender, port),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,
+        )
+        try:
+            wait_until_serving(port)
+            base = f"http://127.0.0.1:{port}"
+            wrk(f"{base}/limited", 1, CONNECTIONS, 2)  # every worker warm, the identity over
+            status = denial_status(port)
+            if status not in (429, 403):  # django-ratelimit answers 403 by default
+                raise RuntimeError(f"{contender.name}: /limited answered {status}, not a denial")
+            time.sleep(0.5)
+            pids = process_tree(process.pid)
+            log.flush()
+            seen = len(_lines(log))
+            client.config_resetstat()
+            cpu_before = cpu_seconds(pids)
+            started = time.monotonic()
+            requests, denied, flood_p50 = wrk(f"{base}/limited", seconds, CONNECTIONS, 2)
+            elapsed = time.monotonic() - started
+            cpu = cpu_seconds(pids) - cpu_before
+            commands = commands_run(client)
+            log.flush()
+            time.sleep(0.2)
+            lines = _lines(log)[seen:]
+            ours = sum(1 for line in lines if line.split(" ", 1)[0] == contender.logger)
+            bare, evalsha, limited = probe(base, probe_seconds, rounds)
+        finally:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=30)
+            client.close()
+    return Result(
+        contender,
+        elapsed,
+        requests,
+        denied,
+        commands,
+        cpu,
+        ours,
+        len(lines),
+        flood_p50,
+        bare,
+        evalsha,
+        limited,
+    )
+
+
+def _lines(log: IO[str]) -> list[str]:
+    log.seek(0)
+    return log.readlines()
+
+
+def report(results: list[Result]) -> str:
+    rows = [
+        (
+            r.contender.name,
+            f"{r.denied:,}",
+            f"{r.denied / r.seconds:,.0f}",
+            f"{r.commands_per_denial:.4f}",
+            f"{r.cpu_per_1000:.2f}",
+            f"{r.log_lines / r.seconds:,.1f}",
+            f"{r.log_lines / r.seconds / WORKERS:,.2f}",
+            f"{r.all_log_lines / r.seconds:,.1f}",
+            f"{r.flood_p50_us / 1000:.2f}",
+        )
+        for r in results
+    ]
+    flood = markdown_table(
+        (
+            "contender",
+            "denied",
+            "denied/s",
+            "Redis commands per denial",
+            "CPU s per 1,000 denials",
+            "limiter log lines/s",
+            "per worker",
+            "all log lines/s",
+            "p50 under flood, ms",
+        ),
+        rows,
+    )
+    latency = markdown_table(
+        (
+            "contender",
+            "bare p50 µs",
+            "bare + EVALSHA p50 µs",
+            "denied p50 µs",
+            "floor (EVALSHA - bare) µs",
+            "denial adds (denied - bare) µs",
+            "added / floor",
+        ),
+        [
+            (
+                r.contender.name,
+                f"{r.bare_p50_us:.0f}",
+                f"{r.evalsha_p50_us:.0f}",
+                f"{r.limited_p50_us:.0f}",
+                f"{r.floor_us:.0f}",
+                f"{r.added_us:.0f}",
+                f"{r.added_us / r.floor_us:.2f}" if r.floor_us > 0 else "n/a",
+            )
+            for r in results
+        ],
+    )
+    return f"{flood}\n\n{latency}"
+
+
+def plot(results: list[Result], path: Path) -> None:
+    from benchmarks._plots import bars_png
+
+    bars_png(
+        path,
+        [r.contender.name for r in results],
+        [
+            ("Redis commands per denial", [r.commands_per_denial for r in results]),
+            ("CPU ms per denial", [r.cpu_per_1000 for r in results]),
+            ("log lines/s", [r.log_lines / r.seconds for r in results]),
+        ],
+        title="One identity flooding 4 workers: cost per denied request (log scale)",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=30, help="flood duration per contender")
+    parser.add_argument("--probe-seconds", type=float, default=2, help="each latency probe")
+    parser.add_argument("--rounds", type=int, default=3, help="latency probe rounds")
+    parser.add_argument("--only", action="append", help="contender names to run (substring)")
+    parser.add_argument("--plot", type=Path, help="write the comparison as a PNG here")
+    args = parser.parse_args(argv)
+    if shutil.which("wrk") is None:
+        print("wrk not found: apt-get install wrk", file=sys.stderr)
+        return 2
+    chosen = [
+        c
+        for c in CONTENDERS
+        if not args.only or any(o.lower() in c.name.lower() for o in args.only)
+    ]
+    print(machine_note())
+    print(
+        f"{WORKERS} workers per server, wrk {CONNECTIONS} connections, "
+        f"{args.seconds:g} s flood per contender\n"
+    )
+    results = []
+    for contender in chosen:
+        results.append(measure(contender, args.seconds, args.probe_seconds, args.rounds))
+        print(f"  done: {contender.name}", file=sys.stderr)
+    print(report(results))
+    if args.plot:
+        plot(results, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
