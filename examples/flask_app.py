@@ -22,6 +22,8 @@ sliding window, fail-closed) are decorated; ``POST /v1/login`` (anonymous: devic
 and client IP) is guarded by the ``routes`` middleware. Secrets come from
 ``SENTINEL_JWT_KEY`` and ``SENTINEL_COOKIE_SECRET``; the defaults are for development
 only.
+``SENTINEL_SOCKET_TIMEOUT_MS`` (default 20) and ``SENTINEL_BREAKER_OPEN_SECONDS``
+(default 30) set the budget of a Redis call and the breaker's quarantine.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def sentinel_config() -> dict[str, Any]:
     return {
         "redis_url": os.environ.get("SENTINEL_REDIS_URL", "memory://"),
         "socket_timeout_ms": int(os.environ.get("SENTINEL_SOCKET_TIMEOUT_MS", "20")),
+        "breaker": {"open_seconds": int(os.environ.get("SENTINEL_BREAKER_OPEN_SECONDS", "30"))},
         "jwt": {
             "algorithms": ["HS256"],
             "key": os.environ.get("SENTINEL_JWT_KEY", DEV_JWT_KEY),

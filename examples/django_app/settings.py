@@ -11,6 +11,8 @@ or on Redis (which must have ``maxmemory-policy noeviction`` and a bounded
 
     SENTINEL_REDIS_URL=redis://127.0.0.1:6379/0 python manage.py runserver
 
+and behind a real server, from this folder: ``gunicorn -w 4 wsgi:application``.
+
 Then, with a development token::
 
     TOKEN=$(python manage.py token tenant-42)
@@ -24,6 +26,8 @@ Then, with a development token::
 decorated; ``POST /v1/login`` (anonymous: device cookie and client IP) is guarded by the
 ``routes`` of the middleware. Secrets come from ``SENTINEL_JWT_KEY`` and
 ``SENTINEL_COOKIE_SECRET``; the defaults are for development only.
+``SENTINEL_SOCKET_TIMEOUT_MS`` (default 20) and ``SENTINEL_BREAKER_OPEN_SECONDS``
+(default 30) set the budget of a Redis call and the breaker's quarantine.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ MIDDLEWARE = [
 SENTINEL = {
     "redis_url": os.environ.get("SENTINEL_REDIS_URL", "memory://"),
     "socket_timeout_ms": int(os.environ.get("SENTINEL_SOCKET_TIMEOUT_MS", "20")),
+    "breaker": {"open_seconds": int(os.environ.get("SENTINEL_BREAKER_OPEN_SECONDS", "30"))},
     "jwt": {"algorithms": ["HS256"], "key": os.environ.get("SENTINEL_JWT_KEY", DEV_JWT_KEY)},
     "anonymous": {
         "cookie_secret": os.environ.get("SENTINEL_COOKIE_SECRET", DEV_COOKIE_SECRET),

@@ -7,4 +7,5 @@ urlpatterns = [
     path("v1/tailor", views.tailor),
     path("v1/ingest", views.Ingest.as_view()),
     path("v1/login", views.login),
+    path("health", views.health),
 ]

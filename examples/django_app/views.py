@@ -26,3 +26,8 @@ class Ingest(View):
 def login(request: HttpRequest) -> HttpResponse:
     """Anonymous (device cookie AND client IP): guarded by ``routes``, not a decorator."""
     return JsonResponse({"logged_in": False, "detail": "demo only"})
+
+
+def health(request: HttpRequest) -> HttpResponse:
+    """Not rate limited."""
+    return JsonResponse({"status": "ok"})

@@ -8,6 +8,7 @@ inject a real outage.
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -82,6 +83,16 @@ class RedisServer:
             self._process.kill()
             self._process.wait(timeout=10)
             self._process = None
+
+    def pause(self) -> None:
+        """SIGSTOP the server: connections stay open, nothing answers (a hung Redis)."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused server: it answers what was queued meanwhile, then goes on."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGCONT)
 
     def restart(self) -> None:
         self.stop()
