@@ -30,7 +30,7 @@ from tests.realserver import concurrency_app
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer, free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realserver]
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.realserver.concurrency_app"
