@@ -7,6 +7,7 @@ from sentinel_core import load_config
 from sentinel_core._models import MICRO
 from sentinel_core.identity._keys import TenantIdentity
 from sentinel_core.store._redis import MemoryStore
+from sentinel_core.store._reference import ScriptReply
 from sentinel_core.store._scripts import ScriptCall, script_args
 
 POLICY = load_config(
@@ -47,16 +48,17 @@ def test_a_bucket_reads_back_until_its_ttl_and_then_starts_full_again() -> None:
     (key,) = call.keys
 
     first, second, third = (store.run(call) for _ in range(3))
-    assert [reply[0] for reply in (first, second, third)] == [1, 1, 0]
+    replies = [ScriptReply(*raw) for raw in (first, second, third)]
+    assert [reply.allowed for reply in replies] == [1, 1, 0]
     assert store.get(key) is not None
     assert store.get("sentinel:v1:{unknown}:api.read:1") is None
 
     clock.now += 60 * MICRO  # far past the time a 2-token bucket takes to refill
 
     assert store.get(key) is None
-    fresh = store.run(call)
-    assert fresh[0] == 1
-    assert fresh[3] == 1  # remaining: a full burst of 2, less this request
+    fresh = ScriptReply(*store.run(call))
+    assert fresh.allowed == 1
+    assert fresh.remaining == 1  # remaining: a full burst of 2, less this request
 
 
 def test_expired_keys_are_swept_once_enough_writes_accumulate() -> None:

@@ -1,7 +1,8 @@
 """The Lua scripts and their pure-Python references agree, decision for decision.
 
 Hypothesis draws a policy and a sequence of operations (script calls over one or two
-keys, and prior states injected with SET, fresh, stale, from the future or corrupt). For
+keys, in the modes decide, peek and reset, and prior states injected with SET: fresh,
+stale, from the future, corrupt or of another type). For
 every call the real script runs on a private redis-server; the reference is then fed
 the states the keys held just before and the ``TIME`` the script returned, and must
 predict the reply exactly, the state written and its TTL.
@@ -10,7 +11,7 @@ Keys can expire on their own between the reads and the call (a token bucket's TT
 be one millisecond). The scripts are built so that expiry changes nothing: a state that
 has outlived its TTL decides exactly like an absent key. The parity check relies on
 that, and the last tests check it on the references directly, with Retry-After's
-promise: at ``now + retry_after`` the same states admit.
+promise: at ``now + wait_us`` the same states admit, and not a microsecond sooner.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from dataclasses import dataclass
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from sentinel_core._models import MICRO, Algorithm
+from sentinel_core._models import MICRO, Algorithm, Rate
 from sentinel_core.store._redis import RedisStore
-from sentinel_core.store._reference import ScriptReply
-from sentinel_core.store._scripts import ScriptCall, run_reference
+from sentinel_core.store._reference import WRONG_TYPE, Mode, ScriptReply, State
+from sentinel_core.store._scripts import ScriptCall, bucket_parameters, run_reference
 from tests.support.redis_server import RedisServer
 
 KEYS = ("parity:{t}:device-a", "parity:{t}:ip", "parity:{t}:device-b")
@@ -34,24 +35,29 @@ KEY_SETS = [(0,), (1,), (0, 1), (2, 1)]
 """Single buckets, and the anonymous AND: two devices behind one shared IP bucket."""
 
 GARBAGE_STATES = [
-    # Templates of corrupt states that would be an empty bucket if they were parsed
-    # leniently ({now}: the server's clock; {start}: the current window's start).
+    # Templates of corrupt states that would decide differently if they were parsed
+    # leniently ({now}: the server's clock; {index}: the current window's index).
     "",
     "garbage",
-    "0:{now}\n",  # Lua's $ is the end of the string; Python's $ also takes a final newline
-    " 0:{now}",
-    "0:{now} ",
-    "-0:{now}",
-    "0.0:{now}",
-    "0:{now}:0",
-    "0:+{now}",
-    "\u0663:{now}",  # a Unicode digit: Lua's %d does not take it, so Python may not either
-    "{limit}:0:{start}\n",
-    "{limit}:{limit}:{start}:",
+    "{now}\n",  # Lua's $ is the end of the string; Python's $ also takes a final newline
+    " {now}",
+    "{now} ",
+    "-{now}",
+    "{now}.0",
+    "0x{now}",
+    "+{now}",
+    "1e30",
+    "9" * 400,  # a TAT far in the future: a full bucket
+    "\u0663{now}",  # a Unicode digit: Lua's %d does not take it, so Python may not either
+    "0:{now}",  # the token bucket's former layout
+    "{limit}:0:{index}\n",
+    "{limit}:{limit}:{index}:",
     "{limit}:0",
-    "\u0663:{limit}:{start}",
-    "{limit}:\u0663:{start}",
-    "{limit}:0:-{start}",
+    "\u0663:{limit}:{index}",
+    "{limit}:0:-{index}",
+    "9" * 30 + ":0:{index}",  # counts above the limit count as the limit
+    "{limit}:" + "9" * 30 + ":{index}",
+    "{limit}:0:" + "9" * 30,  # a window far ahead of TIME: an empty bucket
 ]
 
 PARITY_SETTINGS = settings(
@@ -66,13 +72,17 @@ PARITY_SETTINGS = settings(
 
 @dataclass(frozen=True)
 class Case:
-    """A script's arguments, with the scale of its time (for drawing timestamps)."""
+    """One bucket's parameters, with the scale of its time (for drawing timestamps)."""
 
     algorithm: Algorithm
-    args: tuple[int, ...]
+    params: tuple[int, ...]
     span_us: int
-    """A token bucket's full refill time, or a sliding window's length."""
+    """A token bucket's time from empty to full, or a sliding window's length."""
     limit: int
+    cost: int
+
+    def call(self, keys: tuple[str, ...], mode: Mode = Mode.DECIDE) -> ScriptCall:
+        return ScriptCall(self.algorithm, keys, (int(mode), *self.params * len(keys)))
 
 
 @st.composite
@@ -81,18 +91,18 @@ def token_bucket_cases(draw: st.DrawFn) -> Case:
     count = draw(st.sampled_from([1, 2, 3, 7, 1_000, 10_000]))
     period = draw(st.sampled_from([1, 60, 3_600]))
     cost = draw(st.integers(1, burst))
-    fill_us = -(-burst * MICRO * period // count)
-    return Case(
-        Algorithm.TOKEN_BUCKET, (burst * MICRO, count, period, cost * MICRO), fill_us, burst
-    )
+    params = bucket_parameters(Algorithm.TOKEN_BUCKET, Rate(count, period), burst, cost)
+    inc, tau, _, _ = params
+    return Case(Algorithm.TOKEN_BUCKET, params, tau + inc, burst, cost)
 
 
 @st.composite
 def sliding_window_cases(draw: st.DrawFn) -> Case:
     limit = draw(st.integers(1, 8))
-    window_us = draw(st.sampled_from([1, 60, 3_600])) * MICRO
+    period = draw(st.sampled_from([1, 60, 3_600]))
     cost = draw(st.integers(1, limit))
-    return Case(Algorithm.SLIDING_WINDOW, (limit, window_us, cost), window_us, limit)
+    params = bucket_parameters(Algorithm.SLIDING_WINDOW, Rate(limit, period), limit, cost)
+    return Case(Algorithm.SLIDING_WINDOW, params, period * MICRO, limit, cost)
 
 
 cases = st.one_of(token_bucket_cases(), sliding_window_cases())
@@ -106,39 +116,34 @@ class StateSpec:
     """A bucket state to inject, materialised once the server's clock is known."""
 
     garbage: str | None = None
+    wrong_type: bool = False
+    """A list instead of a string: GET fails with WRONGTYPE."""
     first: int = 0
-    """Token bucket: micro-tokens. Sliding window: the current window's count."""
+    """Sliding window: the current window's count (unused by the token bucket)."""
     second: int = 0
     """Sliding window: the previous window's count (unused by the token bucket)."""
     windows_ago: int = 0
     offset_us: int = 0
+    """Token bucket: the TAT's offset from the clock."""
 
     def render(self, case: Case, now_us: int) -> str:
         if self.garbage is not None:
-            start = now_us // case.span_us * case.span_us
-            return self.garbage.format(now=now_us, start=start, limit=case.limit)
+            index = now_us // case.span_us
+            return self.garbage.format(now=now_us, index=index, limit=case.limit)
         if case.algorithm is Algorithm.TOKEN_BUCKET:
-            last = max(0, now_us - self.windows_ago * case.span_us + self.offset_us)
-            return f"{self.first}:{last}"
-        window = case.span_us
-        start = now_us // window * window - self.windows_ago * window + self.offset_us
-        return f"{self.first}:{self.second}:{max(0, start)}"
+            return str(max(0, now_us + self.offset_us))
+        index = now_us // case.span_us - self.windows_ago
+        return f"{self.first}:{self.second}:{max(0, index)}"
 
 
 def state_specs(case: Case) -> st.SearchStrategy[StateSpec]:
     if case.algorithm is Algorithm.TOKEN_BUCKET:
-        capacity = case.args[0]
-        tokens = st.one_of(
-            st.integers(0, capacity),
-            st.sampled_from([0, case.args[3] - 1, case.args[3], capacity, capacity + 1]),
-        )
+        inc, tau, _, _ = case.params
         structured = st.builds(
             StateSpec,
-            first=tokens,
-            # 0: last refill just now (+/- offset); 1..3: one or more full refills ago
-            windows_ago=st.integers(0, 3),
             offset_us=st.one_of(
-                st.integers(-case.span_us, case.span_us),  # includes the future: TIME went back
+                st.integers(-2 * case.span_us, 2 * case.span_us),  # includes beyond empty
+                st.sampled_from([-1, 0, 1, tau - 1, tau, tau + 1, tau + inc, tau + inc + 1]),
                 st.integers(-2_000, 2_000),
             ),
         )
@@ -148,16 +153,20 @@ def state_specs(case: Case) -> st.SearchStrategy[StateSpec]:
             StateSpec,
             first=counts,
             second=counts,
-            # the current window, the previous one, stale ones, and a future one
-            windows_ago=st.integers(-1, 3),
-            offset_us=st.one_of(st.just(0), st.just(0), st.integers(-case.span_us, case.span_us)),
+            # the current window, the previous one, stale ones, and future ones
+            windows_ago=st.integers(-2, 3),
         )
-    return st.one_of(structured, st.builds(StateSpec, garbage=st.sampled_from(GARBAGE_STATES)))
+    return st.one_of(
+        structured,
+        st.builds(StateSpec, garbage=st.sampled_from(GARBAGE_STATES)),
+        st.just(StateSpec(wrong_type=True)),
+    )
 
 
 @dataclass(frozen=True)
 class Call:
     key_set: tuple[int, ...]
+    mode: Mode = Mode.DECIDE
 
 
 @dataclass(frozen=True)
@@ -168,11 +177,13 @@ class Inject:
 
 Operation = Call | Inject
 
+MODES = st.sampled_from([Mode.DECIDE, Mode.DECIDE, Mode.DECIDE, Mode.PEEK, Mode.RESET])
+
 
 @st.composite
 def scenarios(draw: st.DrawFn) -> tuple[Case, list[Operation]]:
     case = draw(cases)
-    calls = st.builds(Call, st.sampled_from(KEY_SETS))
+    calls = st.builds(Call, st.sampled_from(KEY_SETS), MODES)
     injects = st.builds(Inject, st.integers(0, len(KEYS) - 1), state_specs(case))
     operations = draw(st.lists(st.one_of(calls, calls, calls, injects), min_size=1, max_size=24))
     return case, operations
@@ -200,7 +211,7 @@ class Snapshot:
     """What the keys of one call held, read atomically with the server's clock."""
 
     time_us: int
-    values: list[str | None]
+    values: list[State]
     pttls: list[int]
 
 
@@ -210,9 +221,17 @@ def snapshot(client: redis.Redis, keys: Sequence[str]) -> Snapshot:
     for key in keys:
         pipe.get(key)
         pipe.pttl(key)
-    (seconds, micros), *rest = pipe.execute()
-    values = [None if raw is None else raw.decode() for raw in rest[0::2]]
+    (seconds, micros), *rest = pipe.execute(raise_on_error=False)
+    values = [_state(raw) for raw in rest[0::2]]
     return Snapshot(seconds * MICRO + micros, values, [int(t) for t in rest[1::2]])
+
+
+def _state(raw: bytes | Exception | None) -> State:
+    if isinstance(raw, redis.ResponseError):
+        assert str(raw).startswith("WRONGTYPE")
+        return WRONG_TYPE
+    assert not isinstance(raw, Exception)
+    return None if raw is None else raw.decode()
 
 
 def server_time_us(client: redis.Redis) -> int:
@@ -229,12 +248,12 @@ def check_one_call(store: RedisStore, client: redis.Redis, call: ScriptCall) -> 
     raw = store.run(call)
     after = snapshot(client, call.keys)
 
-    reply = ScriptReply.from_raw(raw)
+    reply = ScriptReply(*raw)
     expected, writes = run_reference(call, before.values, reply.now_us)
     assert reply == expected, f"states {before.values} at {reply.now_us}"
     elapsed_ms = after.time_us // 1_000 - before.time_us // 1_000
 
-    if writes is None:  # a denial writes nothing: same value, and no TTL extension
+    if writes is None:  # a denial or a peek writes nothing: same value, no TTL extension
         for index, value in enumerate(before.values):
             if after.values[index] is None and value is not None:
                 # expired on its own meanwhile (an expired state decides like no state)
@@ -267,13 +286,16 @@ def run_scenario(
     replies = []
     for operation in operations:
         if isinstance(operation, Inject):
+            key = KEYS[operation.key]
+            client.delete(key)
+            if operation.state.wrong_type:
+                client.rpush(key, "not a bucket")
+                continue
             # no TTL: the state stays until a call replaces it, however stale it gets
-            state = operation.state.render(case, server_time_us(client))
-            client.set(KEYS[operation.key], state)
+            client.set(key, operation.state.render(case, server_time_us(client)))
         else:
             keys = tuple(KEYS[index] for index in operation.key_set)
-            call = ScriptCall(case.algorithm, keys, case.args)
-            replies.append(check_one_call(store, client, call))
+            replies.append(check_one_call(store, client, case.call(keys, operation.mode)))
     return replies
 
 
@@ -294,8 +316,9 @@ def test_lua_matches_reference_on_generated_sequences(
 def test_token_bucket_parity_on_fast_refilling_buckets(
     store: RedisStore, client: redis.Redis, case: Case, calls: list[tuple[int, ...]]
 ) -> None:
-    # 1000+ tokens per second: refills happen between two calls, denials too
-    fast = Case(case.algorithm, (*case.args[:1], 2_000, 1, case.args[3]), case.span_us, case.limit)
+    # 2000 tokens per second: refills happen between two calls, denials too
+    params = bucket_parameters(Algorithm.TOKEN_BUCKET, Rate(2_000, 1), case.limit, case.cost)
+    fast = Case(case.algorithm, params, params[0] + params[1], case.limit, case.cost)
     run_scenario(store, client, fast, [Call(key_set) for key_set in calls])
 
 
@@ -312,18 +335,47 @@ def test_sliding_window_parity_on_full_windows(
     run_scenario(store, client, case, operations)
 
 
+TOKEN_BUCKET_3_PER_3H = Case(
+    Algorithm.TOKEN_BUCKET,
+    bucket_parameters(Algorithm.TOKEN_BUCKET, Rate(1, 3_600), 3, 1),
+    3 * 3_600 * MICRO,
+    3,
+    1,
+)
+SLIDING_WINDOW_3_PER_H = Case(
+    Algorithm.SLIDING_WINDOW,
+    bucket_parameters(Algorithm.SLIDING_WINDOW, Rate(3, 3_600), 3, 1),
+    3_600 * MICRO,
+    3,
+    1,
+)
+
+
 def test_sequence_exhausts_then_denies_on_both_scripts(
     store: RedisStore, client: redis.Redis
 ) -> None:
     """A deterministic anchor: burst 3 at one per hour admits three, then denies."""
-    for case in (
-        Case(Algorithm.TOKEN_BUCKET, (3 * MICRO, 1, 3_600, MICRO), 3 * 3_600 * MICRO, 3),
-        Case(Algorithm.SLIDING_WINDOW, (3, 3_600 * MICRO, 1), 3_600 * MICRO, 3),
-    ):
+    for case in (TOKEN_BUCKET_3_PER_3H, SLIDING_WINDOW_3_PER_H):
         replies = run_scenario(store, client, case, [Call((0, 1))] * 5)
-        assert [reply.allowed for reply in replies] == [True, True, True, False, False]
+        assert [reply.allowed for reply in replies] == [1, 1, 1, 0, 0]
         assert [reply.remaining for reply in replies[:3]] == [2, 1, 0]
         assert all(reply.retry_after_seconds >= 1 for reply in replies[3:])
+        assert all(reply.wait_us > 0 for reply in replies[3:])
+
+
+def test_peek_writes_nothing_and_reset_refills(store: RedisStore, client: redis.Redis) -> None:
+    for case in (TOKEN_BUCKET_3_PER_3H, SLIDING_WINDOW_3_PER_H):
+        spend = [Call((0,))] * 3
+        peeks = run_scenario(store, client, case, [*spend, Call((0,), Mode.PEEK)])
+        assert peeks[-1].allowed == 0
+        value, ttl = client.get(KEYS[0]), client.pttl(KEYS[0])
+        again = check_one_call(store, client, case.call((KEYS[0],), Mode.PEEK))
+        assert again.allowed == 0
+        assert client.get(KEYS[0]) == value
+        assert 0 <= ttl - client.pttl(KEYS[0]) <= 50
+        check_one_call(store, client, case.call((KEYS[0],), Mode.RESET))
+        after = [check_one_call(store, client, case.call((KEYS[0],))) for _ in range(4)]
+        assert [reply.allowed for reply in after] == [1, 1, 1, 0]
 
 
 def test_denial_by_one_bucket_leaves_the_other_untouched(
@@ -331,11 +383,24 @@ def test_denial_by_one_bucket_leaves_the_other_untouched(
 ) -> None:
     """The anonymous AND: the IP bucket is empty, so the device bucket is not charged."""
     for case in (
-        Case(Algorithm.TOKEN_BUCKET, (2 * MICRO, 1, 3_600, MICRO), 2 * 3_600 * MICRO, 2),
-        Case(Algorithm.SLIDING_WINDOW, (2, 3_600 * MICRO, 1), 3_600 * MICRO, 2),
+        Case(
+            Algorithm.TOKEN_BUCKET,
+            bucket_parameters(Algorithm.TOKEN_BUCKET, Rate(1, 3_600), 2, 1),
+            2 * 3_600 * MICRO,
+            2,
+            1,
+        ),
+        Case(
+            Algorithm.SLIDING_WINDOW,
+            bucket_parameters(Algorithm.SLIDING_WINDOW, Rate(2, 3_600), 2, 1),
+            3_600 * MICRO,
+            2,
+            1,
+        ),
     ):
         replies = run_scenario(store, client, case, [Call((2, 1)), Call((2, 1)), Call((0, 1))])
-        assert [reply.allowed for reply in replies] == [True, True, False]
+        assert [reply.allowed for reply in replies] == [1, 1, 0]
+        assert replies[2].binding == 2  # the IP bucket denied
         assert client.exists(KEYS[0]) == 0
 
 
@@ -345,46 +410,93 @@ NOW = st.integers(1_600_000_000 * MICRO, 2_000_000_000 * MICRO)
 
 
 @st.composite
-def reference_situations(draw: st.DrawFn) -> tuple[ScriptCall, list[str | None], int]:
+def reference_situations(draw: st.DrawFn) -> tuple[ScriptCall, list[State], int]:
     case = draw(cases)
     now = draw(NOW)
     specs = draw(st.lists(st.one_of(st.none(), state_specs(case)), min_size=1, max_size=2))
-    states = [None if spec is None else spec.render(case, now) for spec in specs]
+    states: list[State] = [
+        None if spec is None else WRONG_TYPE if spec.wrong_type else spec.render(case, now)
+        for spec in specs
+    ]
     keys = tuple(f"k{index}" for index in range(len(states)))
-    return ScriptCall(case.algorithm, keys, case.args), states, now
+    return case.call(keys), states, now
 
 
-@settings(max_examples=200, deadline=None)
-@given(situation=reference_situations())
-def test_retry_after_is_never_earlier_than_the_bucket_can_admit(
-    situation: tuple[ScriptCall, list[str | None], int],
+def _from_this_clock(spec: StateSpec | None, case: Case) -> bool:
+    """Whether this clock could have written ``spec`` (allowing TIME to have gone back by
+    up to one window). A value from further ahead is a data error: read as a full bucket
+    now, it becomes a real one once TIME catches up, so another bucket's Retry-After
+    cannot account for it."""
+    if spec is None or spec.garbage is not None or spec.wrong_type:
+        return True
+    if case.algorithm is Algorithm.TOKEN_BUCKET:
+        return spec.offset_us <= case.span_us
+    return spec.windows_ago >= -1
+
+
+@st.composite
+def clock_situations(draw: st.DrawFn) -> tuple[ScriptCall, list[State], int]:
+    case = draw(cases)
+    now = draw(NOW)
+    specs = draw(st.lists(st.one_of(st.none(), state_specs(case)), min_size=1, max_size=2))
+    assume(all(_from_this_clock(spec, case) for spec in specs))
+    states: list[State] = [
+        None if spec is None else WRONG_TYPE if spec.wrong_type else spec.render(case, now)
+        for spec in specs
+    ]
+    keys = tuple(f"k{index}" for index in range(len(states)))
+    return case.call(keys), states, now
+
+
+@settings(max_examples=300, deadline=None)
+@given(situation=clock_situations())
+def test_the_wait_is_exactly_when_the_buckets_admit_again(
+    situation: tuple[ScriptCall, list[State], int],
 ) -> None:
     call, states, now = situation
     reply, writes = run_reference(call, states, now)
     if reply.allowed:
-        assert reply.retry_after_seconds == 0
+        assert reply.wait_us == reply.retry_after_seconds == 0
         assert writes is not None
         return
     assert writes is None
-    assert reply.retry_after_seconds >= 1
-    later, _ = run_reference(call, states, now + reply.retry_after_seconds * MICRO)
-    assert later.allowed, f"still denied {reply.retry_after_seconds}s later: {states}"
+    assert reply.wait_us >= 1
+    assert reply.retry_after_seconds == -(-reply.wait_us // MICRO)
+    later, _ = run_reference(call, states, now + reply.wait_us)
+    assert later.allowed, f"still denied {reply.wait_us} us later: {states}"
+    sooner, _ = run_reference(call, states, now + reply.wait_us - 1)
+    assert not sooner.allowed, f"admitted before {reply.wait_us} us: {states}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(situation=reference_situations())
+def test_retry_after_stays_within_the_policy_horizon(
+    situation: tuple[ScriptCall, list[State], int],
+) -> None:
+    """Whatever a bucket holds (garbage, a TAT or a window far in the future), a denial
+    never asks for more than one request's refill time or three windows (two, plus the
+    wait for a window ahead of TIME)."""
+    call, states, now = situation
+    reply, _ = run_reference(call, states, now)
+    inc_or_window = call.args[1] if call.algorithm is Algorithm.TOKEN_BUCKET else call.args[2]
+    horizon = inc_or_window if call.algorithm is Algorithm.TOKEN_BUCKET else 3 * inc_or_window
+    assert reply.wait_us <= horizon
 
 
 @settings(max_examples=200, deadline=None)
 @given(situation=reference_situations())
 def test_a_state_past_its_ttl_decides_like_an_absent_key(
-    situation: tuple[ScriptCall, list[str | None], int],
+    situation: tuple[ScriptCall, list[State], int],
 ) -> None:
     call, states, now = situation
     _, writes = run_reference(call, states, now)
     if writes is None:
         return
-    written: list[str | None] = [write.value for write in writes]
+    written: list[State] = [write.value for write in writes]
     for write in writes:
         # Redis drops the key once its TTL is over: at now + ttl or any time after
         expired = now + write.ttl_ms * 1_000
-        without: list[str | None] = list(written)
+        without: list[State] = list(written)
         without[write.index] = None
         assert run_reference(call, written, expired) == run_reference(call, without, expired)
 
@@ -392,13 +504,13 @@ def test_a_state_past_its_ttl_decides_like_an_absent_key(
 @settings(max_examples=200, deadline=None)
 @given(case=cases, now=NOW)
 def test_an_empty_key_is_a_full_bucket(case: Case, now: int) -> None:
-    call = ScriptCall(case.algorithm, ("k",), case.args)
-    cost = case.args[3] // MICRO if case.algorithm is Algorithm.TOKEN_BUCKET else case.args[2]
-    reply, writes = run_reference(call, [None], now)
+    reply, writes = run_reference(case.call(("k",)), [None], now)
     assert reply.allowed
-    assert reply.remaining == case.limit - cost
+    assert reply.remaining == case.limit - case.cost
     assert writes is not None
     assert writes[0].ttl_ms >= 1
+    assert run_reference(case.call(("k",)), [WRONG_TYPE], now) == (reply, writes)
+    assert repr(WRONG_TYPE) == "WRONG_TYPE"
 
 
 @PARITY_SETTINGS
@@ -411,6 +523,6 @@ def test_per_key_parameter_sets_match_the_reference(
     device, network = data.draw(kind()), data.draw(kind())
     keys = ("parity:{per-key}:device", "parity:{per-key}:network")
     client.delete(*keys)
-    call = ScriptCall(device.algorithm, keys, device.args + network.args)
+    call = ScriptCall(device.algorithm, keys, (0, *device.params, *network.params))
     for _ in range(data.draw(st.integers(1, 12))):
         check_one_call(store, client, call)

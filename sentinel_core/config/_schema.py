@@ -44,6 +44,8 @@ else:  # pragma: no cover - exercised by the Python 3.10 tox environment
 
 LUA_EXACT_LIMIT = 2**53
 """Integers at or above this stop being exact in Lua's double-precision numbers."""
+LUA_TIME_BOUND_US = 4_102_444_800 * MICRO
+"""Redis TIME until 2100-01-01, in microseconds: the scripts add durations to it."""
 
 NETWORK_SHARE = 10
 """Default network bucket of an anonymous policy: this many devices' limits."""
@@ -298,12 +300,10 @@ def _check_exact(
     """Refuse parameters whose Lua arithmetic could exceed 2**53 (see the scripts' headers)."""
     period = rate.period_seconds
     if algorithm is Algorithm.TOKEN_BUCKET:
-        # refill = elapsed_us * count // period, elapsed capped at the time to fill.
-        capacity_term = burst * MICRO * period
-        largest = capacity_term + rate.count
-        # blame the term that dominates: a huge burst, or a huge refill count
-        dominant_burst = section.has(burst_key) and capacity_term >= rate.count
-        key = burst_key if dominant_burst else rate_key
+        # GCRA: TIME plus the time an empty bucket takes to fill (token_bucket.lua).
+        inc = -(-cost * period * MICRO // rate.count)
+        largest = LUA_TIME_BOUND_US + burst // cost * inc
+        key = burst_key if section.has(burst_key) else rate_key
     else:
         # the estimate compares (current + cost) * window_us against limit * window_us.
         largest = (burst + cost) * period * MICRO

@@ -36,6 +36,7 @@ from sentinel_core.errors import (
 from sentinel_core.identity._keys import Identity
 from sentinel_core.resilience._breaker import CircuitBreaker, Permit
 from sentinel_core.resilience._emergency import EmergencyLimiter
+from sentinel_core.store._reference import Mode, ScriptReply
 from sentinel_core.store._scripts import ScriptCall, script_args
 
 
@@ -62,7 +63,7 @@ class DecisionEngine:
         self.breaker = breaker
         self.emergency = emergency
         self.hooks = hooks
-        self._args: dict[str, tuple[Policy, tuple[int, ...]]] = {}
+        self._args: dict[str, tuple[Policy, int, tuple[int, ...]]] = {}
         self.calendars = Calendars()
         self.inflight = LocalInflight()
 
@@ -97,10 +98,12 @@ class DecisionEngine:
         # Hashing a Policy (for script_args' cache) costs more than building the keys;
         # the configured policy object is nearly always the one resolved, so remember
         # its arguments by identity.
+        keys = identity.bucket_keys(policy)
         cached = self._args.get(policy.endpoint_id)
-        if cached is None or cached[0] is not policy:
-            cached = self._args[policy.endpoint_id] = (policy, script_args(policy))
-        return ScriptCall(policy.algorithm, identity.bucket_keys(policy), cached[1])
+        if cached is None or cached[0] is not policy or cached[1] != len(keys):
+            args = script_args(policy, Mode.DECIDE, len(keys))
+            cached = self._args[policy.endpoint_id] = (policy, len(keys), args)
+        return ScriptCall(policy.algorithm, keys, cached[2])
 
 
 class Attempt:
@@ -181,22 +184,22 @@ class Attempt:
     def succeeded(self, raw_reply: Any) -> Decision:
         """Redis answered: the script's verdict is the decision."""
         assert self.permit is not None
-        # The fields of `ScriptReply`, unpacked rather than built into one: this runs
-        # right after the round trip, where every allocation shows in the latency.
-        allowed, _, _, remaining, retry_after, reset = raw_reply
+        reply = ScriptReply(*raw_reply)
         self._engine.breaker.record_success(self.permit)
-        if allowed == 1:
-            return self._finish(True, DecisionReason.ALLOWED, remaining, None, reset)
+        if reply.allowed:
+            return self._finish(
+                True, DecisionReason.ALLOWED, reply.remaining, None, reply.reset_seconds
+            )
+        retry_after, reset = reply.retry_after_seconds, reply.reset_seconds
         if self._sent_ns is not None:
-            self._remember(self._sent_ns, retry_after, reset)
-        return self._finish(False, DecisionReason.RATE_LIMITED, remaining, retry_after, reset)
+            self._remember(self._sent_ns, reply.wait_us, retry_after, reset)
+        return self._finish(False, DecisionReason.RATE_LIMITED, reply.remaining, retry_after, reset)
 
-    def _remember(self, sent_ns: int, retry_after: int, reset: int) -> None:
+    def _remember(self, sent_ns: int, wait_us: int, retry_after: int, reset: int) -> None:
         call = self.call
         local = self._engine.local_denials
-        # The reply's Retry-After is rounded up to whole seconds: one second less is a
-        # wait the bucket certainly still has.
-        wait_us = (retry_after - 1) * 1_000_000
+        # wait_us counts from the script's TIME, which is after sent_ns: counted from
+        # sent_ns, the local denial ends no later than the store's.
         local.remember(
             ((call.keys[0], wait_us),),
             call.args,

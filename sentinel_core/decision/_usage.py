@@ -8,10 +8,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from sentinel_core._models import MICRO, Algorithm, Policy
+from sentinel_core._models import Algorithm, Policy
 from sentinel_core.decision._calendar import USAGE_LIMIT, local_time, locate
 from sentinel_core.decision._leases import count_call
 from sentinel_core.identity._keys import Identity
+from sentinel_core.store._reference import ScriptReply
 from sentinel_core.store._scripts import ScriptCall
 
 if TYPE_CHECKING:
@@ -53,11 +54,12 @@ def usage_call(engine: DecisionEngine, policy: Policy, identity: Identity) -> Sc
 
 def usage_of(policy: Policy, call: ScriptCall, raw_reply: Any) -> Usage:
     """The `Usage` in a read's reply (whose ``remaining`` is `USAGE_LIMIT` less the count)."""
-    _, seconds, microseconds, remaining = (int(value) for value in raw_reply[:4])
+    reply = ScriptReply(*raw_reply)
+    remaining = reply.remaining
     used = USAGE_LIMIT - remaining
     if policy.algorithm is Algorithm.CONCURRENCY:
         return Usage(policy.endpoint_id, policy.limit, used)
-    period = locate(call.args[2:], seconds * MICRO + microseconds)
+    period = locate(call.args[2:], reply.now_us)
     assert period is not None  # the script answers an error when TIME is outside the table
     zone = ZoneInfo(policy.timezone)
     start, end = (local_time(instant, zone) for instant in period)

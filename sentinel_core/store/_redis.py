@@ -149,14 +149,7 @@ class MemoryStore:
                 self._writes += 1
             if self._writes >= self._SWEEP_EVERY:
                 self._sweep(now)
-        return [
-            int(reply.allowed),
-            reply.time_seconds,
-            reply.time_microseconds,
-            reply.remaining,
-            reply.retry_after_seconds,
-            reply.reset_seconds,
-        ]
+        return list(reply)
 
     def check(self, require_noeviction: bool) -> ServerReport:
         return ServerReport((Check("store", True, "memory:// (embedded, this process only)"),))

@@ -1,44 +1,87 @@
-"""Pure-Python twins of the Lua scripts, with the same integer arithmetic.
+"""Pure-Python twins of the Lua scripts, with the same integer arithmetic, and the one
+definition of the scripts' reply (`ScriptReply`).
 
-They serve two purposes: the embedded ``memory://`` store runs them, and the parity
+The twins serve two purposes: the embedded ``memory://`` store runs them, and the parity
 tests feed them the ``TIME`` and prior state a script saw and compare the results.
-Each function takes the buckets' current states (``None`` for an absent key) and the
-clock in microseconds, and returns the reply the script would return plus the writes
-it would make (``None`` when it denies: a denial never writes).
+Each function takes the buckets' current states (``None`` for an absent key, `WRONG_TYPE`
+for a key holding another type), the clock in microseconds and the mode, and returns
+the reply the script would return plus the writes it would make (``None`` when it
+writes nothing: a denial, a peek).
 """
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sentinel_core._models import MICRO
 
-# Lua's '^(%d+):(%d+)$': ASCII digits only, no trailing newline (use with fullmatch).
-_TOKEN_STATE = re.compile(r"([0-9]+):([0-9]+)")
+# Lua's '^%d+$' and '^(%d+):(%d+):(%d+)$': ASCII digits only, no trailing newline
+# (use with fullmatch).
+_TAT_STATE = re.compile(r"[0-9]+")
 _WINDOW_STATE = re.compile(r"([0-9]+):([0-9]+):([0-9]+)")
 
 
-@dataclass(frozen=True, slots=True)
-class ScriptReply:
-    """What a script returns, in the order the Lua scripts return it."""
+class WrongType:
+    """A key holding a list, hash, ...: GET fails with WRONGTYPE (``pcall`` in Lua)."""
 
-    allowed: bool
-    time_seconds: int
-    time_microseconds: int
+    def __repr__(self) -> str:
+        return "WRONG_TYPE"
+
+
+WRONG_TYPE = WrongType()
+State = str | WrongType | None
+
+
+class Mode(enum.IntEnum):
+    """ARGV[1] of every script."""
+
+    DECIDE = 0
+    PEEK = 1
+    """Decide, write nothing: the decision a request would get."""
+    RESET = 2
+    """Write every bucket as full (or empty windows), whatever it held."""
+
+
+class ScriptReply(NamedTuple):
+    """What a script returns, field for field in the order the Lua scripts return it.
+
+    ``ScriptReply(*raw)`` reads a raw reply; this field order is the one definition of
+    the layout. ``binding`` (0-based here, 1-based in Lua's reply and read as is, so
+    subtract 1) names the bucket whose ``remaining`` and ``reset_us`` are reported: the
+    one with the fewest requests left, ties going to the longest until it is full.
+    """
+
+    allowed: int
+    """1 admitted (and charged, unless peeking), 0 denied (nothing written)."""
+    now_us: int
+    """The script's ``TIME``, microseconds since the epoch."""
     remaining: int
-    retry_after_seconds: int
-    reset_seconds: int
+    """Tokens (token bucket) or requests (sliding window) left in the binding bucket."""
+    reset_us: int
+    """Microseconds from ``now_us`` until the binding bucket is full again / its window ends."""
+    wait_us: int
+    """Denied: microseconds from ``now_us`` until every bucket admits the same cost again
+    (the earliest instant a retry can pass). Allowed: 0."""
+    binding: int
+    """1-based index of the binding bucket among the call's keys."""
 
     @classmethod
     def from_raw(cls, raw: Sequence[int]) -> ScriptReply:
-        allowed, seconds, microseconds, remaining, retry_after, reset = (int(v) for v in raw)
-        return cls(allowed == 1, seconds, microseconds, remaining, retry_after, reset)
+        """A raw reply whose numbers may come as strings or floats (tests, tools)."""
+        return cls(*(int(value) for value in raw))
 
     @property
-    def now_us(self) -> int:
-        return self.time_seconds * MICRO + self.time_microseconds
+    def retry_after_seconds(self) -> int:
+        """Retry-After: whole seconds, at least 1, never before ``wait_us``; 0 when allowed."""
+        return max(1, -(-self.wait_us // MICRO)) if not self.allowed else 0
+
+    @property
+    def reset_seconds(self) -> int:
+        return -(-self.reset_us // MICRO)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,107 +93,123 @@ class Write:
     ttl_ms: int
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _reply(allowed: bool, now_us: int, remaining: int, retry_us: int, reset_s: int) -> ScriptReply:
-    retry_after = max(1, _ceil_div(retry_us, MICRO)) if not allowed else 0
-    return ScriptReply(allowed, now_us // MICRO, now_us % MICRO, remaining, retry_after, reset_s)
-
-
 TokenBucketParams = tuple[int, int, int, int]
-"""(capacity in micro-tokens, refill count, refill period in seconds, cost in micro-tokens)"""
+"""(inc: us one request's cost takes to refill, tau: tolerance in us, cost, burst)"""
 SlidingWindowParams = tuple[int, int, int]
 """(limit per window, window length in microseconds, cost)"""
 
 
+def _binding(lefts: Sequence[int], resets: Sequence[int]) -> int:
+    """The first bucket with the fewest left, ties going to the longest reset (1-based)."""
+    best = 0
+    for i in range(1, len(lefts)):
+        if lefts[i] < lefts[best] or (lefts[i] == lefts[best] and resets[i] > resets[best]):
+            best = i
+    return best + 1
+
+
+def _finish(
+    mode: Mode,
+    allowed: bool,
+    now_us: int,
+    lefts: list[int],
+    resets: list[int],
+    wait_us: int,
+    writes: list[Write],
+) -> tuple[ScriptReply, list[Write] | None]:
+    binding = _binding(lefts, resets)
+    left, reset = lefts[binding - 1], resets[binding - 1]
+    if mode is Mode.RESET or allowed:
+        reply = ScriptReply(1, now_us, left, reset, 0, binding)
+        return reply, None if mode is Mode.PEEK else writes
+    return ScriptReply(0, now_us, left, reset, wait_us, binding), None
+
+
 def token_bucket(
-    states: Sequence[str | None], now_us: int, params: Sequence[TokenBucketParams]
+    states: Sequence[State],
+    now_us: int,
+    params: Sequence[TokenBucketParams],
+    mode: Mode = Mode.DECIDE,
 ) -> tuple[ScriptReply, list[Write] | None]:
     """The reference of ``lua/token_bucket.lua`` (see its header for the contract);
     ``params[i]`` are the parameters of the bucket whose state is ``states[i]``."""
     allowed = True
-    retry_us = 0
-    after: list[int] = []
-    ahead: list[int] = []  # per bucket: how far its refill time is ahead of TIME
-    for state, (capacity_micro, count, period_seconds, cost_micro) in zip(
-        states, params, strict=True
-    ):
-        fill_us = _ceil_div(capacity_micro * period_seconds, count)
-        tokens = capacity_micro
-        ahead.append(0)
-        match = _TOKEN_STATE.fullmatch(state) if state is not None else None
-        if match is not None:
-            last = int(match.group(2))
-            ahead[-1] = max(0, last - now_us)
-            elapsed = min(max(0, now_us - last), fill_us)
-            tokens = min(capacity_micro, int(match.group(1)) + elapsed * count // period_seconds)
-        if tokens >= cost_micro:
-            after.append(tokens - cost_micro)
-        else:
+    wait_us = 0
+    lefts: list[int] = []
+    resets: list[int] = []
+    writes: list[Write] = []
+    for index, (state, (inc, tau, cost, burst)) in enumerate(zip(states, params, strict=True)):
+        tat = now_us
+        if mode is not Mode.RESET and isinstance(state, str) and _TAT_STATE.fullmatch(state):
+            stored = int(state)
+            if now_us < stored <= now_us + tau + inc:
+                tat = stored
+        debt = tat - now_us
+        if debt > tau:
             allowed = False
-            after.append(tokens)
-            wait = ahead[-1] + _ceil_div((cost_micro - tokens) * period_seconds, count)
-            retry_us = max(retry_us, wait)
-    refill_us = [
-        wait + _ceil_div((capacity - left) * period, count)
-        for left, wait, (capacity, count, period, _) in zip(after, ahead, params, strict=True)
-    ]
-    reply = _reply(allowed, now_us, min(after) // MICRO, retry_us, _ceil_div(max(refill_us), MICRO))
-    if not allowed:
-        return reply, None
-    writes = [
-        Write(i, f"{left}:{now_us + wait}", max(1, _ceil_div(refill, 1000)))
-        for i, (left, wait, refill) in enumerate(zip(after, ahead, refill_us, strict=True))
-    ]
-    return reply, writes
+            wait_us = max(wait_us, debt - tau)
+            lefts.append(burst + debt // -inc * cost)  # burst - ceil(debt / inc) * cost
+            resets.append(debt)
+            continue
+        lefts.append(burst + (debt + inc) // -inc * cost)
+        resets.append(debt + inc)
+        if mode is Mode.RESET:
+            writes.append(Write(index, str(now_us), 1))
+        else:
+            writes.append(Write(index, str(tat + inc), -(-(debt + inc) // 1000)))
+    return _finish(mode, allowed, now_us, lefts, resets, wait_us, writes)
+
+
+def _window_counts(state: State, index: int, limit: int) -> tuple[int, int, int]:
+    """(current, previous, window index) of a sliding-window state read in ``index``."""
+    match = _WINDOW_STATE.fullmatch(state) if isinstance(state, str) else None
+    if match is None:
+        return 0, 0, index
+    stored_current, stored_previous, stored_index = (int(g) for g in match.groups())
+    current = previous = 0
+    if stored_index == index:
+        current, previous = stored_current, stored_previous
+    elif stored_index == index - 1:
+        previous = stored_current
+    elif stored_index == index + 1:  # TIME went back across a window edge
+        current, previous, index = stored_current, stored_previous, stored_index
+    return min(current, limit), min(previous, limit), index
 
 
 def sliding_window(
-    states: Sequence[str | None], now_us: int, params: Sequence[SlidingWindowParams]
+    states: Sequence[State],
+    now_us: int,
+    params: Sequence[SlidingWindowParams],
+    mode: Mode = Mode.DECIDE,
 ) -> tuple[ScriptReply, list[Write] | None]:
     """The reference of ``lua/sliding_window.lua`` (see its header for the contract);
     ``params[i]`` are the parameters of the bucket whose state is ``states[i]``."""
     allowed = True
-    remaining: list[int] = []
-    retry_us = 0
-    reset_us = 0
-    buckets: list[tuple[int, int, int, int]] = []
-    for state, (limit, window_us, cost) in zip(states, params, strict=True):
-        start = now_us // window_us * window_us
-        current = previous = 0
-        match = _WINDOW_STATE.fullmatch(state) if state is not None else None
-        if match is not None:
-            stored_current, stored_previous, stored_start = (int(g) for g in match.groups())
-            if stored_start == start:
-                current, previous = stored_current, stored_previous
-            elif stored_start == start - window_us:
-                previous = stored_current
-            elif stored_start > start:
-                start, current, previous = stored_start, stored_current, stored_previous
-        ahead = max(0, start - now_us)  # a window that starts ahead of TIME (TIME went back)
-        elapsed = max(0, now_us - start)
-        weighted_previous = previous * (window_us - elapsed)
-        if weighted_previous + (current + cost) * window_us <= limit * window_us:
-            current += cost
+    wait_us = 0
+    lefts: list[int] = []
+    resets: list[int] = []
+    writes: list[Write] = []
+    for i, (state, (limit, window, cost)) in enumerate(zip(states, params, strict=True)):
+        index, elapsed = divmod(now_us, window)
+        current, previous, ahead = 0, 0, 0
+        if mode is not Mode.RESET:
+            current, previous, stored_index = _window_counts(state, index, limit)
+            if stored_index > index:  # a window ahead of TIME: wait for it
+                index, ahead, elapsed = stored_index, stored_index * window - now_us, 0
+        room = limit * window - previous * (window - elapsed) - current * window
+        ttl_ms = -(-(ahead + 2 * window - elapsed) // 1000)
+        if room >= cost * window:
+            lefts.append(room // window - cost)
+            value = f"0:0:{index}" if mode is Mode.RESET else f"{current + cost}:{previous}:{index}"
+            writes.append(Write(i, value, ttl_ms))
         else:
             allowed = False
+            lefts.append(max(0, room) // window)
             if current + cost <= limit:
-                budget = (limit - current - cost) * window_us
-                wait = window_us - budget // previous - elapsed
+                budget = (limit - current - cost) * window
+                delay = window - budget // previous - elapsed
             else:
-                wait = 2 * window_us - elapsed - (limit - cost) * window_us // current
-            retry_us = max(retry_us, ahead + wait)
-        buckets.append((current, previous, start, window_us))
-        left = max(0, limit * window_us - weighted_previous - current * window_us) // window_us
-        remaining.append(left)
-        reset_us = max(reset_us, ahead + window_us - elapsed)
-    reply = _reply(allowed, now_us, min(remaining), retry_us, max(1, _ceil_div(reset_us, MICRO)))
-    if not allowed:
-        return reply, None
-    writes = [
-        Write(i, f"{c}:{p}:{s}", max(1, _ceil_div(s + 2 * w - now_us, 1000)))
-        for i, (c, p, s, w) in enumerate(buckets)
-    ]
-    return reply, writes
+                delay = 2 * window - elapsed - (limit - cost) * window // current
+            wait_us = max(wait_us, ahead + delay)
+        resets.append(ahead + window - elapsed)
+    return _finish(mode, allowed, now_us, lefts, resets, wait_us, writes)

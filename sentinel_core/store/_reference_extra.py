@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from redis.exceptions import ResponseError
 
-from sentinel_core._models import MICRO, Algorithm
+from sentinel_core._models import Algorithm
 from sentinel_core.store._reference import ScriptReply, Write
 
 _QUOTA_STATE = re.compile(r"([0-9]+):([0-9]+)")
@@ -25,8 +25,8 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _reply(allowed: bool, now_us: int, remaining: int, retry: int, reset: int) -> ScriptReply:
-    return ScriptReply(allowed, now_us // MICRO, now_us % MICRO, remaining, retry, reset)
+def _reply(allowed: bool, now_us: int, remaining: int, reset_us: int, wait_us: int) -> ScriptReply:
+    return ScriptReply(int(allowed), now_us, remaining, reset_us, wait_us, 1)
 
 
 def run_extra(
@@ -58,7 +58,7 @@ def concurrency(
             writes = [Write(0, _format_leases(leases), _ttl_ms(leases, now_us))]
         return _reply(True, now_us, max(0, limit - len(live)), 0, 0), writes
     if len(live) >= limit:
-        return _reply(False, now_us, 0, 1, _ceil_div(live[0] - now_us, MICRO)), None
+        return _reply(False, now_us, 0, live[0] - now_us, 1), None
     leases = {lease: expiry for lease, expiry in leases.items() if expiry > now_us}
     leases[name] = now_us + lease_us
     write = Write(0, _format_leases(leases), _ttl_ms(leases, now_us))
@@ -105,8 +105,8 @@ def quota(
     allowed = count + cost <= limit
     if allowed:
         count += cost
-    reset = _ceil_div(stop - now_us, MICRO)
-    reply = _reply(allowed, now_us, max(0, limit - count), 0 if allowed else reset, reset)
+    reset_us = stop - now_us
+    reply = _reply(allowed, now_us, max(0, limit - count), reset_us, 0 if allowed else reset_us)
     if not allowed or cost == 0:
         return reply, None
     return reply, [Write(0, f"{count}:{start}", _ceil_div(stop - now_us, 1000))]

@@ -14,7 +14,7 @@ from importlib.resources import files
 
 from sentinel_core._models import MICRO, Algorithm, Policy, Rate
 from sentinel_core.store import _reference
-from sentinel_core.store._reference import ScriptReply, Write
+from sentinel_core.store._reference import Mode, ScriptReply, State, Write
 from sentinel_core.store._reference_extra import run_extra
 
 
@@ -48,46 +48,48 @@ class ScriptCall:
     algorithm: Algorithm
     keys: tuple[str, ...]
     args: tuple[int, ...]
+    """ARGV: the `Mode`, then one parameter set per key (see the scripts' headers)."""
 
     @property
     def script(self) -> Script:
         return script(self.algorithm)
 
 
-def _parameters(algorithm: Algorithm, rate: Rate, burst: int, cost: int) -> tuple[int, ...]:
+def bucket_parameters(algorithm: Algorithm, rate: Rate, burst: int, cost: int) -> tuple[int, ...]:
+    """One bucket's parameter set in ARGV (see the scripts' headers)."""
+    period_us = rate.period_seconds * MICRO
     if algorithm is Algorithm.TOKEN_BUCKET:
-        return (burst * MICRO, rate.count, rate.period_seconds, cost * MICRO)
-    return (burst, rate.period_seconds * MICRO, cost)
+        # GCRA: a request's cost refills in inc us (rounded up: never faster than the
+        # rate), and floor(burst / cost) requests fit in a burst.
+        inc = -(-cost * period_us // rate.count)
+        return (inc, (burst // cost - 1) * inc, cost, burst)
+    return (burst, period_us, cost)
 
 
 @cache
-def script_args(policy: Policy) -> tuple[int, ...]:
-    """The ARGV a policy passes to its script (see each script's header): the device's
-    (or tenant's) parameter set, then the network bucket's for an anonymous policy."""
-    args = _parameters(policy.algorithm, policy.rate, policy.burst, policy.cost)
-    if policy.network_rate is not None and policy.network_burst is not None:
-        args += _parameters(
+def script_args(policy: Policy, mode: Mode = Mode.DECIDE, keys: int = 1) -> tuple[int, ...]:
+    """The ARGV of a call of ``policy`` over ``keys`` buckets (see each script's header):
+    the mode, then the device's parameter set and the network's for the anonymous AND,
+    or else the policy's own set for every key."""
+    own = bucket_parameters(policy.algorithm, policy.rate, policy.burst, policy.cost)
+    if keys == 2 and policy.network_rate is not None and policy.network_burst is not None:
+        network = bucket_parameters(
             policy.algorithm, policy.network_rate, policy.network_burst, policy.cost
         )
-    return args
+        return (int(mode), *own, *network)
+    return (int(mode), *own * keys)
 
 
 def run_reference(
-    call: ScriptCall, states: Sequence[str | None], now_us: int
+    call: ScriptCall, states: Sequence[State], now_us: int
 ) -> tuple[ScriptReply, list[Write] | None]:
-    """What the script of ``call`` would answer given these states and this TIME.
-
-    Like the scripts, it reads one parameter set per key when ``call.args`` holds one
-    for every key, and otherwise applies the first set to every key.
-    """
+    """What the script of ``call`` would answer given these states and this TIME."""
     if call.algorithm in (Algorithm.CONCURRENCY, Algorithm.QUOTA):
-        return run_extra(call.algorithm, call.keys, call.args, states, now_us)
-    width = 4 if call.algorithm is Algorithm.TOKEN_BUCKET else 3
-    sets = [tuple(call.args[i : i + width]) for i in range(0, len(call.args), width)]
-    per_key = len(sets) >= len(states)
-    chosen = [sets[i] if per_key else sets[0] for i in range(len(states))]
+        strings = [state if isinstance(state, str) else None for state in states]
+        return run_extra(call.algorithm, call.keys, call.args, strings, now_us)
+    mode, p = Mode(call.args[0]), call.args[1:]
     if call.algorithm is Algorithm.TOKEN_BUCKET:
-        buckets = [(capacity, count, period, cost) for capacity, count, period, cost in chosen]
-        return _reference.token_bucket(states, now_us, buckets)
-    windows = [(limit, window, cost) for limit, window, cost in chosen]
-    return _reference.sliding_window(states, now_us, windows)
+        buckets = [(p[i], p[i + 1], p[i + 2], p[i + 3]) for i in range(0, len(p), 4)]
+        return _reference.token_bucket(states, now_us, buckets, mode)
+    windows = [(p[i], p[i + 1], p[i + 2]) for i in range(0, len(p), 3)]
+    return _reference.sliding_window(states, now_us, windows, mode)

@@ -16,9 +16,10 @@
 -- Clock:   Redis TIME is the only clock; scores are written with "%.0f" (Lua's default
 --          number format would print 16 digits as 1.7e+15).
 -- Uses:    ceil_div from integers.lua, which is prepended to this file.
--- Returns: {allowed 0|1, TIME seconds, TIME microseconds, leases left,
---           retry-after seconds (1 when denied: a release can come at any moment),
---           reset seconds (denied: until the oldest live lease expires; else 0)}
+-- Returns: the reply layout of sentinel_core/store/_reference.py (ScriptReply):
+--          {allowed 0|1, TIME in us, leases left, us until the oldest live lease
+--           expires (denied; else 0), wait in us (1 when denied: a release can come at
+--           any moment; else 0), binding bucket 1}
 
 local time = redis.call('TIME')
 local now = time[1] * 1000000 + time[2]
@@ -32,12 +33,11 @@ end
 local held = redis.call('ZCOUNT', key, live, '+inf')
 if action ~= 1 then
   local left = limit - held
-  return {1, tonumber(time[1]), tonumber(time[2]), left > 0 and left or 0, 0, 0}
+  return {1, now, left > 0 and left or 0, 0, 0, 1}
 end
 if held >= limit then
   local oldest = redis.call('ZRANGEBYSCORE', key, live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  return {0, tonumber(time[1]), tonumber(time[2]), 0, 1,
-          ceil_div(tonumber(oldest[2]) - now, 1000000)}
+  return {0, now, 0, tonumber(oldest[2]) - now, 1, 1}
 end
 redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now))
 redis.call('ZADD', key, string.format('%.0f', now + lease_us), string.match(KEYS[2], '[^:]*$'))
@@ -45,4 +45,4 @@ local ttl = ceil_div(lease_us, 1000)
 local kept = redis.call('PTTL', key)
 if kept > ttl then ttl = kept end
 redis.call('PEXPIRE', key, ttl)
-return {1, tonumber(time[1]), tonumber(time[2]), limit - held - 1, 0, 0}
+return {1, now, limit - held - 1, 0, 0, 1}

@@ -17,8 +17,9 @@
 --          is off from Redis's by more than a period) is an error reply: a store
 --          failure, decided by the policy's fail mode, never a guess.
 -- Uses:    ceil_div from integers.lua, which is prepended to this file.
--- Returns: {allowed 0|1, TIME seconds, TIME microseconds, remaining requests,
---           retry-after seconds (the period's end when denied, else 0), reset seconds}
+-- Returns: the reply layout of sentinel_core/store/_reference.py (ScriptReply):
+--          {allowed 0|1, TIME in us, remaining requests, us until the period's end,
+--           us until the period's end when denied (else 0), binding bucket 1}
 
 local time = redis.call('TIME')
 local now = time[1] * 1000000 + time[2]
@@ -57,11 +58,10 @@ if count + cost > limit then
 else
   count = count + cost
 end
-local reset = ceil_div(stop - now, 1000000)
 if allowed == 1 and cost > 0 then
   redis.call('SET', KEYS[1], string.format('%.0f:%.0f', count, start), 'PX',
              ceil_div(stop - now, 1000))
 end
 local remaining = limit - count
-return {allowed, tonumber(time[1]), tonumber(time[2]), remaining > 0 and remaining or 0,
-        allowed == 1 and 0 or reset, reset}
+return {allowed, now, remaining > 0 and remaining or 0, stop - now,
+        allowed == 1 and 0 or stop - now, 1}

@@ -2,102 +2,106 @@
 -- or more buckets.
 --
 -- KEYS[1..n]  bucket keys; the request is admitted only if EVERY bucket admits it
---             (n = 2 for the anonymous cookie AND client-IP decision), and then
---             every bucket is charged. If any bucket denies, nothing is written.
--- ARGV        one parameter set of three per key, or a single set shared by every key:
---   [1]       limit per window (requests)
---   [2]       window length, microseconds
---   [3]       cost of this request
---             (the anonymous AND gives the network bucket a larger limit than the
---             device's: one network is shared by many devices behind a NAT)
+--             (the anonymous AND of device and network, the limits of a layered
+--             policy), and then every bucket is charged. If any denies, nothing is written.
+-- ARGV[1]     mode: '0' decide, '1' peek (decide, never write), '2' reset (every
+--             bucket written as empty windows, whatever it held)
+-- ARGV[3i-1..3i+1]  bucket i's parameters: limit per window (requests), window length
+--             (microseconds), cost of one request
 --
 -- Windows are aligned on multiples of the window length since the Unix epoch. The
 -- estimate is previous * (window - elapsed) / window + current; a request is admitted
 -- when previous * (window - elapsed) + (current + cost) * window <= limit * window,
--- all integers (the config loader keeps (limit + cost) * window below 2^53).
+-- all integers (the config loader keeps (limit + cost) * window below 2^53, where Lua's
+-- doubles are exact and a / b never rounds up to the next integer).
 --
--- State:   one string per bucket, "<current>:<previous>:<window start, unix us>",
---          written with SET ... PX only, on admission only; the TTL runs to the end of
---          the window after this one (two windows from the window's start), after
---          which the state can no longer affect a decision.
+-- State:   one short string per bucket, "<current>:<previous>:<window index>" (the index
+--          is the window's start divided by its length), written with SET ... PX only,
+--          on admission only; the TTL runs to the end of the next window, after which
+--          the state can no longer affect a decision. A value that does not parse
+--          (garbage, another type: GET fails with WRONGTYPE) is an empty bucket and is
+--          overwritten on the next admission, and so is a window older than the previous
+--          one or later than the next. The next window (TIME went back across a window
+--          edge, e.g. on a failover) is kept, and waited for. Counts above the limit
+--          count as the limit, so Retry-After stays within three windows.
 -- Clock:   Redis TIME is the only clock.
--- Uses:    idiv and ceil_div from integers.lua, which is prepended to this file.
--- Returns: {allowed 0|1, TIME seconds, TIME microseconds, remaining requests,
---           retry-after seconds (>= 1 when denied, else 0), reset seconds}
+-- Returns: the reply layout of sentinel_core/store/_reference.py (ScriptReply):
+--          {allowed 0|1, TIME in us, remaining requests, us until the window ends,
+--           us until the same cost can be admitted again (0 when allowed), index of the
+--           binding bucket}, the binding bucket being the one with the fewest requests
+--          left (ties: the longest until its window ends).
 
 local time = redis.call('TIME')
 local now = time[1] * 1000000 + time[2]
-local n = #KEYS
-local shared = #ARGV < 3 * n
-
--- Pass 1 reads every bucket and prepares its write; pass 2 writes, only if every
--- bucket admitted.
-local allowed = 1
-local remaining, retry_us, reset_us = nil, 0, 0
+local mode = ARGV[1]
+local allowed, wait = 1, 0
+local remaining, reset, binding = -1, 0, 1
 local values, ttls = {}, {}
 
-for i = 1, n do
-  local base = shared and 0 or (i - 1) * 3
-  local limit, window = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
-  local cost = tonumber(ARGV[base + 3])
-  local start = idiv(now, window) * window
-  local current, previous = 0, 0
-  local state = redis.call('GET', KEYS[i])
-  if state then
-    local c, p, s = string.match(state, '^(%d+):(%d+):(%d+)$')
-    if c then
-      s = tonumber(s)
-      if s == start then
-        current, previous = tonumber(c), tonumber(p)
-      elseif s == start - window then
-        previous = tonumber(c)
-      elseif s > start then
-        -- TIME went backwards across a window edge (failover): keep the newer window.
-        start, current, previous = s, tonumber(c), tonumber(p)
+for i = 1, #KEYS do
+  local b = 3 * i - 1
+  local limit, window, cost = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
+  local index = math.floor(now / window)
+  local elapsed = now - index * window
+  local current, previous, ahead = 0, 0, 0
+  if mode ~= '2' then
+    local state = redis.pcall('GET', KEYS[i])
+    if type(state) == 'string' then
+      local c, p, s = string.match(state, '^(%d+):(%d+):(%d+)$')
+      if c then
+        s = tonumber(s)
+        if s == index then
+          current, previous = tonumber(c), tonumber(p)
+        elseif s == index - 1 then
+          previous = tonumber(c)
+        elseif s == index + 1 then
+          -- TIME went back across a window edge (a failover): keep the newer window,
+          -- and wait for it
+          current, previous, index = tonumber(c), tonumber(p), s
+          ahead, elapsed = s * window - now, 0
+        end
+        if current > limit then current = limit end
+        if previous > limit then previous = limit end
       end
     end
   end
-  -- a window that starts ahead of TIME (TIME went back): Retry-After and reset wait for it
-  local ahead, elapsed = 0, now - start
-  if elapsed < 0 then
-    ahead, elapsed = -elapsed, 0
-  end
-  local weighted_previous = previous * (window - elapsed)
-  if weighted_previous + (current + cost) * window <= limit * window then
-    current = current + cost
+  local room = limit * window - previous * (window - elapsed) - current * window
+  local left = 0
+  if room >= cost * window then
+    left = math.floor(room / window) - cost
+    values[i] = (current + cost) .. ':' .. previous .. ':' .. index
   else
     allowed = 0
-    local wait
+    if room > 0 then left = math.floor(room / window) end
+    local delay
     if current + cost <= limit then
-      -- the previous window's weight must fade: find the first elapsed that admits.
-      wait = window - idiv((limit - current - cost) * window, previous) - elapsed
+      -- the previous window's weight must fade: the first elapsed that admits
+      delay = window - math.floor((limit - current - cost) * window / previous) - elapsed
     else
-      -- only the next window can admit: there, this window's count is the previous one.
-      wait = window - elapsed + window - idiv((limit - cost) * window, current)
+      -- only the next window can admit: there, this window's count is the previous one
+      delay = 2 * window - elapsed - math.floor((limit - cost) * window / current)
     end
-    if ahead + wait > retry_us then retry_us = ahead + wait end
+    if ahead + delay > wait then wait = ahead + delay end
   end
-  local unused = limit * window - weighted_previous - current * window
-  local left = unused > 0 and idiv(unused, window) or 0
-  if remaining == nil or left < remaining then remaining = left end
-  if ahead + window - elapsed > reset_us then reset_us = ahead + window - elapsed end
-  if allowed == 1 then
-    -- "%.0f": Lua's default number format would print 16 digits as 1.7e+15
-    values[i] = string.format('%.0f:%.0f:%.0f', current, previous, start)
-    ttls[i] = ceil_div(start + 2 * window - now, 1000)
+  ttls[i] = math.ceil((ahead + 2 * window - elapsed) / 1000)
+  if remaining < 0 or left < remaining or (left == remaining and ahead + window - elapsed > reset) then
+    remaining, reset, binding = left, ahead + window - elapsed, i
   end
+  if mode == '2' then values[i] = '0:0:' .. index end
 end
 
-if allowed == 1 then
-  for i = 1, n do
-    redis.call('SET', KEYS[i], values[i], 'PX', ttls[i] > 0 and ttls[i] or 1)
+if mode == '2' then
+  for i = 1, #KEYS do
+    redis.call('SET', KEYS[i], values[i], 'PX', ttls[i])
   end
+  return {1, now, remaining, reset, 0, binding}
 end
-
-local retry_after, reset = 0, ceil_div(reset_us, 1000000)
 if allowed == 0 then
-  retry_after = ceil_div(retry_us, 1000000)
-  if retry_after < 1 then retry_after = 1 end
+  return {0, now, remaining, reset, wait, binding}
 end
-return {allowed, tonumber(time[1]), tonumber(time[2]), remaining,
-        retry_after, reset > 0 and reset or 1}
+if mode == '0' then
+  for i = 1, #KEYS do
+    redis.call('SET', KEYS[i], values[i], 'PX', ttls[i])
+  end
+end
+return {1, now, remaining, reset, 0, binding}

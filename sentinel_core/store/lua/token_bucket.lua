@@ -1,85 +1,81 @@
--- Sentinel token bucket: one atomic decision over one or more buckets.
+-- Sentinel token bucket (GCRA): one atomic decision over one or more buckets.
 --
 -- KEYS[1..n]  bucket keys; the request is admitted only if EVERY bucket admits it
---             (n = 2 for the anonymous cookie AND client-IP decision), and then
---             every bucket is charged. If any bucket denies, nothing is written.
--- ARGV        one parameter set of four per key, or a single set shared by every key:
---   [1]       capacity in micro-tokens (burst * 1e6)
---   [2]       refill count     } the refill rate is count tokens per period seconds
---   [3]       refill period, seconds
---   [4]       cost in micro-tokens
---             (the anonymous AND gives the network bucket a larger set than the
---             device's: one network is shared by many devices behind a NAT)
+--             (the anonymous AND of device and network, the limits of a layered
+--             policy), and then every bucket is charged. If any denies, nothing is written.
+-- ARGV[1]     mode: '0' decide, '1' peek (decide, never write), '2' reset (refill
+--             every bucket: each is written as full, whatever it held)
+-- ARGV[4i-2..4i+1]  bucket i's parameters:
+--   inc       microseconds one request's cost takes to refill, rounded up
+--   tau       how far ahead of TIME the arrival time may be for a request to be
+--             admitted: (floor(burst / cost) - 1) * inc, so exactly floor(burst / cost)
+--             requests pass in a burst
+--   cost      tokens one request consumes  } only to report the tokens left:
+--   burst     the bucket's capacity        } burst - ceil(debt / inc) * cost
 --
--- State:   one string per bucket, "<micro-tokens>:<last refill, unix us>", written with
---          SET ... PX only, on admission only. An absent key is a full bucket; the TTL
---          is the time until the bucket would be full again, so expiry loses nothing.
--- Clock:   Redis TIME is the only clock. A stored refill time ahead of TIME (TIME went
---          back, e.g. on a failover) is never moved back: the bucket refills from that
---          time on, and Retry-After, reset and the TTL count the wait until then.
---          All arithmetic is on integers kept below 2^53
---          (the config loader refuses policies that could exceed it), so the doubles
---          Lua computes with stay exact. Rounding always favours the limiter.
--- Uses:    idiv and ceil_div from integers.lua, which is prepended to this file.
--- Returns: {allowed 0|1, TIME seconds, TIME microseconds, remaining whole tokens,
---           retry-after seconds (>= 1 when denied, else 0), reset seconds}
+-- State:   one integer per bucket, the theoretical arrival time (TAT, unix us): the
+--          instant the bucket is full again. Written with SET ... PX only, on admission
+--          only, with the TTL running out at the TAT, so an expired key is a full bucket
+--          and expiry loses nothing. Redis stores such a value as an integer (no string
+--          allocation). A value that is not a plain decimal integer (garbage, another
+--          type: GET fails with WRONGTYPE) is a full bucket, and is overwritten on the
+--          next admission. So is a TAT further ahead than an empty bucket's (a bad write,
+--          or TIME went back by more than the bucket's slack, e.g. on a failover): a
+--          denial is never written, so clamping it would keep it wrong; as a full bucket
+--          it is overwritten, and Retry-After stays within inc (one request's refill).
+-- Clock:   Redis TIME is the only clock. Every number stays an integer below 2^53 (the
+--          config loader checks TIME + tau + inc), where Lua's doubles are exact, and
+--          a / b for such integers never rounds up to the next integer.
+-- Returns: the reply layout of sentinel_core/store/_reference.py (ScriptReply):
+--          {allowed 0|1, TIME in us, remaining tokens, us until full, us until the same
+--           cost can be admitted again (0 when allowed), index of the binding bucket}
+--          where the binding bucket is the one with the fewest tokens left (ties: the
+--          longest until full), whose remaining and reset the reply carries.
 
 local time = redis.call('TIME')
 local now = time[1] * 1000000 + time[2]
-local n = #KEYS
-local shared = #ARGV < 4 * n
+local mode = ARGV[1]
+local allowed, wait = 1, 0
+local remaining, reset, binding = -1, 0, 1
+local tats = {}
 
--- Pass 1 reads every bucket and prepares its write; pass 2 writes, only if every
--- bucket admitted.
-local allowed = 1
-local remaining, retry_us, reset_us = nil, 0, 0
-local values, ttls = {}, {}
-
-for i = 1, n do
-  local base = shared and 0 or (i - 1) * 4
-  local capacity, count = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
-  local period, cost = tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
-  local tokens, ahead = capacity, 0
-  local state = redis.call('GET', KEYS[i])
-  if state then
-    local stored, last = string.match(state, '^(%d+):(%d+)$')
-    if stored then
-      local elapsed = now - tonumber(last)
-      if elapsed < 0 then
-        ahead, elapsed = -elapsed, 0
-      end
-      local fill_us = ceil_div(capacity * period, count)
-      if elapsed > fill_us then elapsed = fill_us end
-      tokens = tonumber(stored) + idiv(elapsed * count, period)
-      if tokens > capacity then tokens = capacity end
+for i = 1, #KEYS do
+  local b = 4 * i - 2
+  local inc, tau = tonumber(ARGV[b]), tonumber(ARGV[b + 1])
+  local tat = now
+  if mode ~= '2' then
+    local state = redis.pcall('GET', KEYS[i])
+    if type(state) == 'string' and string.find(state, '^%d+$') then
+      local stored = tonumber(state)
+      if stored > now and stored <= now + tau + inc then tat = stored end
     end
   end
-  local after = tokens - cost
-  if after < 0 then
-    allowed, after = 0, tokens
-    local wait = ahead + ceil_div((cost - tokens) * period, count)
-    if wait > retry_us then retry_us = wait end
+  local debt = tat - now
+  if debt > tau then
+    allowed = 0
+    if debt - tau > wait then wait = debt - tau end
+  else
+    tats[i] = tat + inc
+    debt = debt + inc
   end
-  if remaining == nil or after < remaining then remaining = after end
-  local refill_us = ahead + ceil_div((capacity - after) * period, count)
-  if refill_us > reset_us then reset_us = refill_us end
-  if allowed == 1 then
-    -- "%.0f": Lua's default number format would print 16 digits as 1.7e+15
-    values[i] = string.format('%.0f:%.0f', after, now + ahead)
-    ttls[i] = ceil_div(refill_us, 1000)
+  local left = ARGV[b + 3] - math.ceil(debt / inc) * ARGV[b + 2]
+  if remaining < 0 or left < remaining or (left == remaining and debt > reset) then
+    remaining, reset, binding = left, debt, i
   end
 end
 
-if allowed == 1 then
-  for i = 1, n do
-    redis.call('SET', KEYS[i], values[i], 'PX', ttls[i] > 0 and ttls[i] or 1)
+if mode == '2' then
+  for i = 1, #KEYS do
+    redis.call('SET', KEYS[i], now, 'PX', 1)
   end
+  return {1, now, remaining, reset, 0, binding}
 end
-
-local retry_after = 0
 if allowed == 0 then
-  retry_after = ceil_div(retry_us, 1000000)
-  if retry_after < 1 then retry_after = 1 end
+  return {0, now, remaining, reset, wait, binding}
 end
-return {allowed, tonumber(time[1]), tonumber(time[2]), idiv(remaining, 1000000),
-        retry_after, ceil_div(reset_us, 1000000)}
+if mode == '0' then
+  for i = 1, #KEYS do
+    redis.call('SET', KEYS[i], tats[i], 'PX', math.ceil((tats[i] - now) / 1000))
+  end
+end
+return {1, now, remaining, reset, 0, binding}
