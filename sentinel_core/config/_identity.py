@@ -5,6 +5,7 @@ allowed algorithm matched with a key of its own family and strength at load time
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,17 @@ class JwtConfig:
     audience: str | None = None
     issuer: str | None = None
     leeway_seconds: int = 0
+    jwks: JwksConfig | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JwksConfig:
+    """Where to fetch verification keys, and how often (see `identity._jwks`)."""
+
+    url: str
+    refresh_seconds: int = 60
+    cache_seconds: int = 300
+    timeout_ms: int = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +128,9 @@ def parse_jwt(section: Section) -> JwtConfig:
     for name in algorithms:
         if not isinstance(name, str) or name not in _HMAC_ALGORITHMS | _PUBLIC_KEY_ALGORITHMS:
             raise ConfigError(algorithms_path, f"unsupported algorithm {name!r}")
+    jwks = _parse_jwks(section)
+    if not section.has("algorithms") and jwks is not None:
+        algorithms = ["RS256"]  # what providers publishing a JWKS sign with by default
     keys: list[JwtKey] = []
     if section.has("keys"):
         entries = section.raw("keys")
@@ -130,20 +145,22 @@ def parse_jwt(section: Section) -> JwtConfig:
             key_section.finish()
     if any(section.has(name) for name in ("key", "key_env", "public_key", "public_key_file")):
         keys.append(_parse_jwt_key(section, None))
-    if not keys:
+    if not keys and jwks is None:
         raise ConfigError(
-            section.path("key"), "missing key (key, key_env, public_key, public_key_file or keys)"
+            section.path("key"),
+            "missing key (key, key_env, public_key, public_key_file, keys or jwks_url)",
         )
     kids = [key.kid for key in keys if key.kid is not None]
     if len(kids) != len(set(kids)):
         raise ConfigError(section.path("keys"), "each kid may name one key only")
-    _check_jwt_keys(algorithms, keys, algorithms_path)
+    _check_jwt_keys(algorithms, keys, algorithms_path, jwks=jwks is not None)
     config = JwtConfig(
         algorithms=tuple(algorithms),
         keys=tuple(keys),
         audience=section.text("audience"),
         issuer=section.text("issuer"),
         leeway_seconds=section.integer("leeway_seconds", 0, minimum=0, maximum=3600),
+        jwks=jwks,
     )
     section.finish()
     return config
@@ -153,9 +170,12 @@ _MIN_RSA_BITS = 2048
 _EC_CURVE_NAMES = {"ES256": "secp256r1", "ES384": "secp384r1", "ES512": "secp521r1"}
 
 
-def _check_jwt_keys(algorithms: Sequence[str], keys: Sequence[JwtKey], path: str) -> None:
+def _check_jwt_keys(
+    algorithms: Sequence[str], keys: Sequence[JwtKey], path: str, *, jwks: bool
+) -> None:
     """Every allowlisted algorithm has a key of its own family, strong enough for it
-    (RFC 7518: an HMAC secret at least as long as the hash, RSA of 2048 bits or more)."""
+    (RFC 7518: an HMAC secret at least as long as the hash, RSA of 2048 bits or more).
+    With a JWKS the public-key algorithms' keys come from it; HMAC secrets never do."""
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
     from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
@@ -177,12 +197,48 @@ def _check_jwt_keys(algorithms: Sequence[str], keys: Sequence[JwtKey], path: str
             minimum = int(name[2:]) // 8
             if any(len(secret) < minimum for secret in secrets):
                 raise ConfigError(path, f"{name} needs HMAC secrets of at least {minimum} bytes")
+        elif jwks:
+            continue
         elif name.startswith(("RS", "PS")) and not rsa_keys:
             raise ConfigError(path, f"{name} needs an RSA public key among the keys")
         elif name in _EC_CURVE_NAMES and _EC_CURVE_NAMES[name] not in curves:
             raise ConfigError(
                 path, f"{name} needs an EC public key on {_EC_CURVE_NAMES[name]} among the keys"
             )
+
+
+_LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _parse_jwks(section: Section) -> JwksConfig | None:
+    """``jwks_url`` and its timings. HTTPS only, except plain HTTP to a loopback host (a
+    local provider or a sidecar): keys fetched in clear text could be swapped in transit."""
+    names = ("jwks_refresh_seconds", "jwks_cache_seconds", "jwks_timeout_ms")
+    if not section.has("jwks_url"):
+        for name in names:
+            if section.has(name):
+                raise ConfigError(section.path(name), "applies with jwks_url only")
+        return None
+    url = section.text("jwks_url")
+    assert url is not None
+    path = section.path("jwks_url")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:
+        raise ConfigError(path, f"not a URL: {exc}") from None
+    if not parts.hostname:
+        raise ConfigError(path, f"expected https://host/..., got {url!r}")
+    if parts.scheme != "https" and not (
+        parts.scheme == "http" and parts.hostname in _LOOPBACK_HOSTS
+    ):
+        raise ConfigError(path, "must be https:// (plain http only to a loopback host)")
+    return JwksConfig(
+        url=url,
+        refresh_seconds=section.integer("jwks_refresh_seconds", 60, maximum=86_400),
+        cache_seconds=section.integer("jwks_cache_seconds", 300, maximum=7 * 86_400),
+        timeout_ms=section.integer("jwks_timeout_ms", 2000, maximum=30_000),
+    )
 
 
 def parse_anonymous(section: Section) -> AnonymousConfig:

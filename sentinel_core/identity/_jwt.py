@@ -12,11 +12,17 @@ parsing. A token's ``kid`` selects its key: a known ``kid`` is checked against t
 only; an unknown one against the keys configured without a ``kid`` (an issuer that
 labels its keys while the configuration does not); no ``kid`` against every key of the
 family. That bounds the work an attacker can make one request cost.
+
+With ``jwks_url``, a ``kid`` the configuration does not name is looked up in the
+provider's JWKS (`identity._jwks`: cached, refreshed at most once per
+``jwks_refresh_seconds``); a key the JWKS no longer publishes stops verifying, and the
+tokens verified with it verify again (and fail).
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
 import threading
@@ -31,6 +37,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from sentinel_core.config._identity import JwtConfig, JwtKey
 from sentinel_core.errors import SentinelError
+from sentinel_core.identity._jwks import JwksKeys
 
 MAX_TOKEN_LENGTH = 8192
 """Longer bearer values are refused before any parsing (no IdP issues such tokens)."""
@@ -69,6 +76,8 @@ class _Key:
     kid: str | None
     family: str
     material: Any
+    published: bool = False
+    """Taken from the JWKS: tokens verified with it stay valid only while it is there."""
 
 
 def _family(algorithm: str) -> str:
@@ -82,13 +91,16 @@ def _family(algorithm: str) -> str:
 def _parse_key(key: JwtKey) -> _Key:
     if not key.is_public_key:
         return _Key(key.kid, "hmac", key.material.encode())
-    public = load_pem_public_key(key.material.encode())
+    return _public_key(key.kid, load_pem_public_key(key.material.encode()))
+
+
+def _public_key(kid: str | None, public: Any) -> _Key:
     if isinstance(public, rsa.RSAPublicKey):
-        return _Key(key.kid, "rsa", public)
+        return _Key(kid, "rsa", public)
     if isinstance(public, ec.EllipticCurvePublicKey):
-        return _Key(key.kid, "ec", public)
+        return _Key(kid, "ec", public)
     # The config loader accepts only RSA and EC keys; anything else can match nothing.
-    return _Key(key.kid, "unsupported", public)
+    return _Key(kid, "unsupported", public)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +111,9 @@ class _Verified:
     expires: int
     not_before: int | None
     """The later of ``nbf`` and ``iat``, when present: the token is not valid before."""
+    published_kid: str | None = None
+    """The JWKS key it verified with, if any: when the provider stops publishing it
+    (revoked), the token must verify again."""
 
 
 class JwtVerifier:
@@ -118,12 +133,25 @@ class JwtVerifier:
         *,
         cache_size: int = 4096,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
         self._algorithms = frozenset(config.algorithms)
         self._keys = tuple(_parse_key(key) for key in config.keys)
         self._by_kid = {key.kid: key for key in self._keys if key.kid is not None}
         self._unnamed = tuple(key for key in self._keys if key.kid is None)
+        jwks = config.jwks
+        self._jwks = (
+            None
+            if jwks is None
+            else JwksKeys(
+                jwks.url,
+                refresh_seconds=jwks.refresh_seconds,
+                cache_seconds=jwks.cache_seconds,
+                timeout_ms=jwks.timeout_ms,
+                clock=monotonic,
+            )
+        )
         # PyJWT's own default for ``aud``: a token that names an audience is refused when
         # none is configured (it was minted for some other service).
         self._options: dict[str, Any] = {"require": ["exp", "sub"]}
@@ -140,6 +168,10 @@ class JwtVerifier:
         """
         token = _bearer_token(authorization)
         verified = self._verified.get(token)
+        if verified is not None and verified.published_kid is not None:
+            assert self._jwks is not None  # only a JWKS key sets published_kid
+            if self._jwks.key(verified.published_kid) is None:
+                verified = None  # its key was withdrawn: verify again (and fail)
         if verified is None:
             verified = self._verify(token)
             self._remember(token, verified)
@@ -174,7 +206,12 @@ class JwtVerifier:
                 raise AuthError("invalid_token", _describe(exc)) from None
             # PyJWT has just checked that these claims are integers (or convert to one).
             starts = [int(claims[name]) for name in ("nbf", "iat") if name in claims]
-            return _Verified(_subject(claims), int(claims["exp"]), max(starts, default=None))
+            return _Verified(
+                _subject(claims),
+                int(claims["exp"]),
+                max(starts, default=None),
+                key.kid if key.published else None,
+            )
         raise AuthError("invalid_token", "token signature invalid")
 
     def _remember(self, token: str, verified: _Verified) -> None:
@@ -189,6 +226,8 @@ class JwtVerifier:
         """The keys a token may be checked against (see the module docstring)."""
         if isinstance(kid, str) and kid in self._by_kid:
             keys: tuple[_Key, ...] = (self._by_kid[kid],)
+        elif isinstance(kid, str) and self._jwks is not None and (published := self._jwks.key(kid)):
+            keys = (dataclasses.replace(_public_key(kid, published), published=True),)
         elif kid is not None:
             keys = self._unnamed
         else:

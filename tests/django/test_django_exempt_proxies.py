@@ -16,6 +16,7 @@ from tests.support.exemptions import (
     UNTRUSTED,
     store_untouched,
 )
+from tests.support.jwks_server import NEW_KEY, OLD_KEY, JwksServer, rotation_jwt, signed
 
 
 def configure_exemptions(configure: Configure) -> dict[str, Any]:
@@ -101,3 +102,18 @@ def test_a_forwarded_for_is_honoured_from_a_trusted_proxy(http: Http, configure:
     )
     assert distinct == [200, 200, 200]
     assert one_client == [200, 200, 429]
+
+
+def test_a_jwks_key_rotation_is_picked_up_without_a_restart(
+    http: Http, configure: Configure
+) -> None:
+    ingest = f"{http.prefix}/ingest"
+    with JwksServer() as jwks:
+        jwks.publish({"old": OLD_KEY})
+        configure(jwt=rotation_jwt(jwks.url))
+        before = http.post(ingest, Authorization=signed(OLD_KEY, "old"))
+        jwks.publish({"old": OLD_KEY, "new": NEW_KEY})
+        after = http.post(ingest, Authorization=signed(NEW_KEY, "new"))
+        jwks.fail(503)  # the provider goes down: a key it never published is a 401
+        stranger = http.post(ingest, Authorization=signed(NEW_KEY, "x"))
+    assert (before.status_code, after.status_code, stranger.status_code) == (200, 200, 401)

@@ -17,6 +17,7 @@ from tests.support.exemptions import (
     exemptions_config,
     store_untouched,
 )
+from tests.support.jwks_server import NEW_KEY, OLD_KEY, JwksServer, rotation_jwt, signed
 
 
 def assert_exempt(response: httpx.Response) -> None:
@@ -122,3 +123,22 @@ async def test_a_forwarded_for_sent_on_two_lines_is_read_whole(
             headers = [("X-Forwarded-For", spoof), ("X-Forwarded-For", "192.0.2.200")]
             statuses.append((await http.post("/auth/login", headers=headers)).status_code)
     assert statuses == [200, 200, 429]
+
+
+async def test_a_jwks_key_rotation_is_picked_up_without_a_restart(
+    make_app: MakeApp, redis_url: str
+) -> None:
+    with JwksServer() as jwks:
+        jwks.publish({"old": OLD_KEY})
+        app = make_app(exemptions_config(redis_url, jwt=rotation_jwt(jwks.url)))
+        async with serve(app) as http:
+            before = await http.post(
+                "/v1/ingest", headers={"Authorization": signed(OLD_KEY, "old")}
+            )
+            jwks.publish({"old": OLD_KEY, "new": NEW_KEY})
+            after = await http.post("/v1/ingest", headers={"Authorization": signed(NEW_KEY, "new")})
+            jwks.fail(503)  # the provider goes down: a key it never published is a 401
+            stranger = await http.post(
+                "/v1/ingest", headers={"Authorization": signed(NEW_KEY, "x")}
+            )
+    assert (before.status_code, after.status_code, stranger.status_code) == (200, 200, 401)

@@ -16,6 +16,7 @@ from tests.support.exemptions import (
     exemptions_config,
     store_untouched,
 )
+from tests.support.jwks_server import NEW_KEY, OLD_KEY, JwksServer, rotation_jwt, signed
 
 
 def post(app: Flask, path: str, peer: str = UNTRUSTED, **headers: str) -> Any:
@@ -106,3 +107,17 @@ def test_a_forwarded_header_is_honoured_from_a_trusted_proxy(
         )
     ]
     assert statuses == [200, 200, 200, 429]
+
+
+def test_a_jwks_key_rotation_is_picked_up_without_a_restart(
+    make_app: MakeApp, redis_url: str
+) -> None:
+    with JwksServer() as jwks:
+        jwks.publish({"old": OLD_KEY})
+        app = make_app(exemptions_config(redis_url, jwt=rotation_jwt(jwks.url)))
+        before = post(app, "/v1/ingest", Authorization=signed(OLD_KEY, "old"))
+        jwks.publish({"old": OLD_KEY, "new": NEW_KEY})
+        after = post(app, "/v1/ingest", Authorization=signed(NEW_KEY, "new"))
+        jwks.fail(503)  # the provider goes down: a key it never published is a 401
+        stranger = post(app, "/v1/ingest", Authorization=signed(NEW_KEY, "x"))
+    assert (before.status_code, after.status_code, stranger.status_code) == (200, 200, 401)
