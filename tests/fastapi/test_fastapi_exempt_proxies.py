@@ -21,7 +21,10 @@ from tests.support.jwks_server import NEW_KEY, OLD_KEY, JwksServer, rotation_jwt
 
 
 def assert_exempt(response: httpx.Response) -> None:
+    """The handler ran (an exempt request is let through, not answered by Sentinel),
+    and the response says nothing about limits."""
     assert response.status_code == 200
+    assert response.json() == {"ingested": "yes"}
     assert "ratelimit" not in response.headers
     assert "ratelimit-policy" not in response.headers
 
