@@ -360,3 +360,35 @@ def test_a_concurrency_denial_is_never_answered_locally(redis_url: str, clock: C
         assert sentinel.evaluate("api.render", TENANT).allowed
     finally:
         sentinel.close()
+
+
+def test_a_network_denied_by_the_store_is_answered_locally_for_every_device_behind_it(
+    redis_url: str, admin: redis.Redis, clock: Clock
+) -> None:
+    config = make_config(
+        redis_url,
+        anon__login={**ANONYMOUS, "burst": 5, "network_rate": "1/hour", "network_burst": 2},
+    )
+    config["anonymous"] = {"cookie_secret": "c" * 32}
+    config["socket_timeout_ms"] = 2_000
+    sentinel = Sentinel(config, registry=CollectorRegistry(), entry_points=False)
+    sentinel.engine.local_denials = LocalDenials(1_000, clock)
+    network = "198.51.100.8"
+    try:
+        first = [
+            sentinel.evaluate("anon.login", AnonymousIdentity("d1", network)) for _ in range(3)
+        ]
+        assert [(d.allowed, d.local) for d in first] == [
+            (True, False),
+            (True, False),
+            (False, False),
+        ]
+        calls = script_calls(admin)
+        # a fresh device (a bot dropping its cookie) behind the same address
+        fresh = sentinel.evaluate("anon.login", AnonymousIdentity("d2", network))
+        assert (fresh.allowed, fresh.local) == (False, True)
+        assert script_calls(admin) == calls
+        # another network is not concerned
+        assert sentinel.evaluate("anon.login", AnonymousIdentity("d2", "198.51.100.9")).allowed
+    finally:
+        sentinel.close()

@@ -192,16 +192,21 @@ class Attempt:
             )
         retry_after, reset = reply.retry_after_seconds, reply.reset_seconds
         if self._sent_ns is not None:
-            self._remember(self._sent_ns, reply.wait_us, retry_after, reset)
+            self._remember(self._sent_ns, reply, retry_after, reset)
         return self._finish(False, DecisionReason.RATE_LIMITED, reply.remaining, retry_after, reset)
 
-    def _remember(self, sent_ns: int, wait_us: int, retry_after: int, reset: int) -> None:
+    def _remember(self, sent_ns: int, reply: ScriptReply, retry_after: int, reset: int) -> None:
         call = self.call
         local = self._engine.local_denials
         # wait_us counts from the script's TIME, which is after sent_ns: counted from
-        # sent_ns, the local denial ends no later than the store's.
+        # sent_ns, the local denial ends no later than the store's. The whole call's wait
+        # covers its first key (only this identity pays into it); the last key (the
+        # network's, shared by every device behind it) gets its own wait.
+        waits = [(call.keys[0], reply.wait_us)]
+        if len(call.keys) > 1:
+            waits.append((call.keys[-1], reply.last_wait_us))
         local.remember(
-            ((call.keys[0], wait_us),),
+            waits,
             call.args,
             sent_ns,
             local.clock_ns(),

@@ -68,6 +68,10 @@ class ScriptReply(NamedTuple):
     (the earliest instant a retry can pass). Allowed: 0."""
     binding: int
     """1-based index of the binding bucket among the call's keys."""
+    last_wait_us: int = 0
+    """Denied: microseconds from ``now_us`` until the call's last bucket alone admits the
+    same cost again (the network's, in an anonymous AND), 0 if it admits now; what a
+    process may remember for every call that pays into that bucket. Allowed: 0."""
 
     @classmethod
     def from_raw(cls, raw: Sequence[int]) -> ScriptReply:
@@ -116,13 +120,14 @@ def _finish(
     resets: list[int],
     wait_us: int,
     writes: list[Write],
+    last_wait_us: int = 0,
 ) -> tuple[ScriptReply, list[Write] | None]:
     binding = _binding(lefts, resets)
     left, reset = lefts[binding - 1], resets[binding - 1]
     if mode is Mode.RESET or allowed:
         reply = ScriptReply(1, now_us, left, reset, 0, binding)
         return reply, None if mode is Mode.PEEK else writes
-    return ScriptReply(0, now_us, left, reset, wait_us, binding), None
+    return ScriptReply(0, now_us, left, reset, wait_us, binding, last_wait_us), None
 
 
 def token_bucket(
@@ -145,6 +150,7 @@ def token_bucket(
             if now_us < stored <= now_us + tau + inc:
                 tat = stored
         debt = tat - now_us
+        last_wait_us = max(0, debt - tau)
         if debt > tau:
             allowed = False
             wait_us = max(wait_us, debt - tau)
@@ -157,7 +163,7 @@ def token_bucket(
             writes.append(Write(index, str(now_us), 1))
         else:
             writes.append(Write(index, str(tat + inc), -(-(debt + inc) // 1000)))
-    return _finish(mode, allowed, now_us, lefts, resets, wait_us, writes)
+    return _finish(mode, allowed, now_us, lefts, resets, wait_us, writes, last_wait_us)
 
 
 def _window_counts(state: State, index: int, limit: int) -> tuple[int, int, int]:
@@ -198,6 +204,7 @@ def sliding_window(
                 index, ahead, elapsed = stored_index, stored_index * window - now_us, 0
         room = limit * window - previous * (window - elapsed) - current * window
         ttl_ms = -(-(ahead + 2 * window - elapsed) // 1000)
+        last_wait_us = 0
         if room >= cost * window:
             lefts.append(room // window - cost)
             value = f"0:0:{index}" if mode is Mode.RESET else f"{current + cost}:{previous}:{index}"
@@ -210,6 +217,7 @@ def sliding_window(
                 delay = window - budget // previous - elapsed
             else:
                 delay = 2 * window - elapsed - (limit - cost) * window // current
-            wait_us = max(wait_us, ahead + delay)
+            last_wait_us = ahead + delay
+            wait_us = max(wait_us, last_wait_us)
         resets.append(ahead + window - elapsed)
-    return _finish(mode, allowed, now_us, lefts, resets, wait_us, writes)
+    return _finish(mode, allowed, now_us, lefts, resets, wait_us, writes, last_wait_us)

@@ -28,13 +28,14 @@
 -- Returns: the reply layout of sentinel_core/store/_reference.py (ScriptReply):
 --          {allowed 0|1, TIME in us, remaining requests, us until the window ends,
 --           us until the same cost can be admitted again (0 when allowed), index of the
---           binding bucket}, the binding bucket being the one with the fewest requests
+--           binding bucket, and when denied: us until the last key alone admits again
+--           (0 if it admits)}, the binding bucket being the one with the fewest requests
 --          left (ties: the longest until its window ends).
 
 local time = redis.call('TIME')
 local now = time[1] * 1000000 + time[2]
 local mode = ARGV[1]
-local allowed, wait = 1, 0
+local allowed, wait, last = 1, 0, 0
 local remaining, reset, binding = -1, 0, 1
 local values, ttls = {}, {}
 
@@ -67,6 +68,7 @@ for i = 1, #KEYS do
   end
   local room = limit * window - previous * (window - elapsed) - current * window
   local left = 0
+  last = 0
   if room >= cost * window then
     left = math.floor(room / window) - cost
     values[i] = (current + cost) .. ':' .. previous .. ':' .. index
@@ -81,7 +83,8 @@ for i = 1, #KEYS do
       -- only the next window can admit: there, this window's count is the previous one
       delay = 2 * window - elapsed - math.floor((limit - cost) * window / current)
     end
-    if ahead + delay > wait then wait = ahead + delay end
+    last = ahead + delay
+    if last > wait then wait = last end
   end
   ttls[i] = math.ceil((ahead + 2 * window - elapsed) / 1000)
   if remaining < 0 or left < remaining or (left == remaining and ahead + window - elapsed > reset) then
@@ -97,7 +100,7 @@ if mode == '2' then
   return {1, now, remaining, reset, 0, binding}
 end
 if allowed == 0 then
-  return {0, now, remaining, reset, wait, binding}
+  return {0, now, remaining, reset, wait, binding, last}
 end
 if mode == '0' then
   for i = 1, #KEYS do

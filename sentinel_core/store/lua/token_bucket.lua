@@ -28,14 +28,15 @@
 --          a / b for such integers never rounds up to the next integer.
 -- Returns: the reply layout of sentinel_core/store/_reference.py (ScriptReply):
 --          {allowed 0|1, TIME in us, remaining tokens, us until full, us until the same
---           cost can be admitted again (0 when allowed), index of the binding bucket}
+--           cost can be admitted again (0 when allowed), index of the binding bucket,
+--           and when denied: us until the last key alone admits again (0 if it admits)}
 --          where the binding bucket is the one with the fewest tokens left (ties: the
 --          longest until full), whose remaining and reset the reply carries.
 
 local time = redis.call('TIME')
 local now = time[1] * 1000000 + time[2]
 local mode = ARGV[1]
-local allowed, wait = 1, 0
+local allowed, wait, last = 1, 0, 0
 local remaining, reset, binding = -1, 0, 1
 local tats = {}
 
@@ -51,9 +52,10 @@ for i = 1, #KEYS do
     end
   end
   local debt = tat - now
+  last = 0
   if debt > tau then
-    allowed = 0
-    if debt - tau > wait then wait = debt - tau end
+    allowed, last = 0, debt - tau
+    if last > wait then wait = last end
   else
     tats[i] = tat + inc
     debt = debt + inc
@@ -71,7 +73,7 @@ if mode == '2' then
   return {1, now, remaining, reset, 0, binding}
 end
 if allowed == 0 then
-  return {0, now, remaining, reset, wait, binding}
+  return {0, now, remaining, reset, wait, binding, last}
 end
 if mode == '0' then
   for i = 1, #KEYS do
