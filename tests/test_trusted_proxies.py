@@ -165,3 +165,11 @@ def test_trusted_proxies_config_is_a_list_of_networks() -> None:
         with pytest.raises(ConfigError, match=message) as caught:
             load_config({**base, "trusted_proxies": value})
         assert caught.value.path == path
+
+
+def test_the_memory_of_judged_hops_is_bounded() -> None:
+    proxies = ClientAddresses([ipaddress.ip_network("192.0.2.0/24")])
+    for n in range(5000):  # past the 4096 remembered: forgotten, then judged again
+        client = f"10.{n // 256 % 256}.{n % 256}.1"
+        assert proxies.resolve(PROXY, Headers({"X-Forwarded-For": client})) == client
+    assert proxies.resolve(PROXY, Headers({"X-Forwarded-For": "10.0.0.1"})) == "10.0.0.1"

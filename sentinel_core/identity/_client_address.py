@@ -43,6 +43,10 @@ _BRACKETED = re.compile(r"\[([0-9A-Fa-f:.]+)\](?::[0-9]{1,5})?")
 _IPV4_PORT = re.compile(r"([0-9.]+):[0-9]{1,5}")
 
 
+_RECENT = 4096
+"""Hops remembered parsed and judged (parsing one costs microseconds)."""
+
+
 def parse_address(text: str | None) -> IPAddress | None:
     """An address as a transport reports it (``[v6]``, a zone id, IPv4-mapped IPv6
     allowed), normalised to the address proper; None for anything else."""
@@ -69,39 +73,58 @@ class ClientAddresses:
 
     def __init__(self, trusted_proxies: Sequence[Network]) -> None:
         self._trusted = tuple(trusted_proxies)
+        self._verdicts: dict[str, tuple[str | None, bool]] = {}
 
     def resolve(self, peer: str | None, headers: Mapping[str, str]) -> str | None:
         """The client address of a request from ``peer`` with ``headers``."""
-        if not self._trusted:
-            return peer
-        peer_address = parse_address(peer)
-        if peer_address is None or not in_networks(peer_address, self._trusted):
+        if not self._trusted or peer is None or not self._judge(peer)[1]:
             return peer
         forwarded = _header(headers, "forwarded")
         forwarded_for = _header(headers, "x-forwarded-for")
-        found: list[IPAddress | None] = []
+        if forwarded is None and forwarded_for is None:
+            return peer
+        client = None
         if forwarded is not None:
-            found.append(self._walk(_forwarded_nodes(forwarded)))
+            client = self._walk(_forwarded_nodes(forwarded))
+            if client is None:
+                return peer
         if forwarded_for is not None:
             too_long = len(forwarded_for) > MAX_HEADER_LENGTH
-            found.append(self._walk(None if too_long else reversed(forwarded_for.split(","))))
-        if not found or None in found or len(set(found)) > 1:
-            return peer
-        return str(found[0])
+            hops = None if too_long else reversed(forwarded_for.split(","))
+            from_forwarded_for = self._walk(hops)
+            if from_forwarded_for is None or client not in (None, from_forwarded_for):
+                return peer
+            client = from_forwarded_for
+        return client
 
-    def _walk(self, hops_right_to_left: Iterable[str | None] | None) -> IPAddress | None:
-        """The rightmost hop that is not a trusted proxy, the leftmost when all are;
-        None when a hop on the way is unreadable."""
+    def _walk(self, hops_right_to_left: Iterable[str | None] | None) -> str | None:
+        """The rightmost hop that is not a trusted proxy, the leftmost when all are, as
+        a normalised address; None when a hop on the way is unreadable."""
         if hops_right_to_left is None:
             return None
         address = None
         for hop in hops_right_to_left:
-            address = _node(hop)
-            if address is None:
+            if hop is None:
                 return None
-            if not in_networks(address, self._trusted):
+            address, trusted = self._judge(hop)
+            if address is None or not trusted:
                 return address
         return address
+
+    def _judge(self, hop: str) -> tuple[str | None, bool]:
+        """A hop's normalised address (None: unreadable) and whether it is a trusted
+        proxy; remembered by text (the proxies' own addresses come with every request)."""
+        verdict = self._verdicts.get(hop)
+        if verdict is None:
+            if len(self._verdicts) >= _RECENT:
+                self._verdicts.clear()  # bounded; a lost race only judges twice
+            address = _node(hop)
+            if address is None:
+                verdict = (None, False)
+            else:
+                verdict = (str(address), in_networks(address, self._trusted))
+            self._verdicts[hop] = verdict
+        return verdict
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -113,11 +136,9 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return headers.get(name)
 
 
-def _node(text: str | None) -> IPAddress | None:
+def _node(text: str) -> IPAddress | None:
     """A hop's address: ``1.2.3.4``, ``1.2.3.4:80``, ``2001:db8::1``, ``[2001:db8::1]``
     or ``[2001:db8::1]:80``; None for ``unknown``, obfuscated names and anything else."""
-    if text is None:
-        return None
     text = text.strip(" \t")
     match = _BRACKETED.fullmatch(text) or _IPV4_PORT.fullmatch(text)
     if match is not None:
