@@ -149,6 +149,11 @@ def _private_numbers(key: Any) -> dict[str, Any]:
     return {name: full[name] for name in ("d", "p", "q", "dp", "dq", "qi")}
 
 
+def test_an_answer_that_is_not_http_is_a_failed_fetch(jwks: JwksServer) -> None:
+    jwks.garble()
+    assert keys(jwks.url, FakeClock()).key("old") is None
+
+
 def test_nothing_listening_is_a_failed_fetch() -> None:
     url = f"http://127.0.0.1:{free_port()}/jwks.json"
     assert keys(url, FakeClock()).key("old") is None

@@ -28,6 +28,7 @@ asyncio server it holds the event loop for at most ``timeout_ms``, at most once 
 
 from __future__ import annotations
 
+import http.client
 import logging
 import threading
 import time
@@ -110,9 +111,15 @@ class JwksKeys:
     def _fetch(self, now: float) -> None:
         try:
             jwks = self._client.get_signing_keys()
-        # PyJWT wraps URL and HTTP errors; a body that is not JSON, a socket reset while
-        # reading, or absurd nesting reach us as they are.
-        except (jwt.PyJWTError, ValueError, OSError, RecursionError) as exc:
+        # PyJWT wraps URL errors (and, since 2.10, HTTP protocol errors); a body that is
+        # not JSON, a socket reset while reading, or absurd nesting reach us as they are.
+        except (
+            jwt.PyJWTError,
+            ValueError,
+            OSError,
+            http.client.HTTPException,
+            RecursionError,
+        ) as exc:
             logger.warning(
                 "JWKS fetch from %s failed (%s: %s); keeping the %d keys known, next "
                 "attempt in %d s at the earliest",

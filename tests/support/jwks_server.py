@@ -24,6 +24,7 @@ class JwksServer:
         self.fetches = 0
         self._body = b'{"keys": []}'
         self._status = 200
+        self._raw: bytes | None = None
         self._stalled = threading.Event()
         self._stalled.set()
         server = self
@@ -32,6 +33,9 @@ class JwksServer:
             def do_GET(self) -> None:
                 server.fetches += 1
                 server._stalled.wait(timeout=10)
+                if server._raw is not None:
+                    self.wfile.write(server._raw)  # not HTTP at all
+                    return
                 self.send_response(server._status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(server._body)))
@@ -54,9 +58,14 @@ class JwksServer:
         """Serve the public halves of ``keys`` (kid -> private key), plus raw JWKs."""
         jwks = [jwk(kid, key) for kid, key in keys.items()] + list(extra.values())
         self._status, self._body = 200, json.dumps({"keys": jwks}).encode()
+        self._raw = None
 
     def fail(self, status: int = 503, body: bytes = b"unavailable") -> None:
-        self._status, self._body = status, body
+        self._status, self._body, self._raw = status, body, None
+
+    def garble(self, raw: bytes = b"SSH-2.0-OpenSSH\r\n\r\n") -> None:
+        """Answer with bytes that are not an HTTP response."""
+        self._raw = raw
 
     def stall(self) -> None:
         self._stalled.clear()
