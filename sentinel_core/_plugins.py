@@ -16,7 +16,8 @@ from typing import Any
 import pluggy
 
 from sentinel_core import hookspecs
-from sentinel_core._models import Decision, Policy
+from sentinel_core._models import MICRO, Decision, Policy
+from sentinel_core.errors import ConfigError
 from sentinel_core.identity._keys import Identity
 from sentinel_core.resilience._breaker import BreakerState
 
@@ -63,6 +64,29 @@ def load_entry_points(manager: pluggy.PluginManager) -> list[str]:
         manager.register(plugin, name=name)
         loaded.append(name)
     return loaded
+
+
+def check_resolved_policy(policy: Policy) -> None:
+    """The load-time rules a policy minted by ``sentinel_resolve_policy`` must keep too: a
+    cost the bucket can ever admit, positive sizes, and integers that stay exact in Lua.
+
+    Raises:
+        ConfigError: naming the hook, the endpoint id and the offending field.
+    """
+    path = f"sentinel_resolve_policy({policy.endpoint_id!r})"
+    sizes = {"rate": policy.rate.count, "burst": policy.burst, "cost": policy.cost}
+    for field, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{path}.{field}", f"must be an integer >= 1, got {value!r}")
+    limits = [("burst", policy.burst), ("network_burst", policy.network_burst)]
+    for field, limit in limits:
+        if limit is not None and policy.cost > limit:
+            raise ConfigError(
+                f"{path}.cost", f"cost {policy.cost} exceeds the {field} {limit}: never admitted"
+            )
+    largest = (policy.burst + policy.cost) * policy.rate.period_seconds * MICRO + policy.rate.count
+    if largest >= 2**53:
+        raise ConfigError(f"{path}.burst", "too large: past 2**53 where Lua stops being exact")
 
 
 class Hooks:
@@ -116,6 +140,8 @@ class Hooks:
                 f"sentinel_resolve_policy returned a policy for {resolved.endpoint_id!r} "
                 f"when asked about {endpoint_id!r}"
             )
+        if resolved is not policy:
+            check_resolved_policy(resolved)
         return resolved
 
     def decision(self, decision: Decision, request: Any) -> None:

@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from sentinel_core._models import Algorithm, Decision, Policy
@@ -45,6 +47,9 @@ class Sentinel:
             default registry when None.
         plugins: plugin objects registered besides the entry-point plugins.
         entry_points: load plugins from the ``sentinel`` entry-point group.
+        clock: the monotonic clock, in seconds, of the breaker, the emergency limiter,
+            the local denials and the ``memory://`` store (tests drive it instead of
+            sleeping). Redis keeps its own clock (``TIME``).
     """
 
     def __init__(
@@ -54,8 +59,10 @@ class Sentinel:
         registry: Any = None,
         plugins: Iterable[object] = (),
         entry_points: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = load_config(config)
+        clock_ns = _nanoseconds(clock)
         self.registry = registry
         self.hooks = Hooks(make_plugin_manager(plugins, entry_points=entry_points))
         breaker = self.config.breaker
@@ -63,24 +70,31 @@ class Sentinel:
             breaker.failure_threshold,
             breaker.open_seconds,
             half_open_max_probes=breaker.half_open_max_probes,
+            clock=clock,
             on_transition=self.hooks.breaker_transition,
         )
         # The built-in observers are plain plugins: unregister them by name to opt out.
         metrics = MetricsPlugin(registry, self.breaker.state)
         self.hooks.register_builtin(metrics, "sentinel.metrics")
-        self.hooks.register_builtin(DecisionLogPlugin(self.breaker), "sentinel.logging")
+        self.hooks.register_builtin(DecisionLogPlugin(self.breaker, clock_ns), "sentinel.logging")
         self.engine = DecisionEngine(
             self.config.policies,
             self.breaker,
-            EmergencyLimiter(),
+            EmergencyLimiter(clock_ns),
             self.hooks,
-            LocalDenials(self.config.local_denials_ms),
+            LocalDenials(self.config.local_denials_ms, clock_ns=clock_ns),
         )
         self.http = HttpLayer(self.config, self.hooks, on_exempt=metrics.exempted)
-        self._memory = MemoryStore() if self.config.redis_url.startswith(MEMORY_URL) else None
+        self._memory = (
+            MemoryStore(_unix_microseconds(clock))
+            if self.config.redis_url.startswith(MEMORY_URL)
+            else None
+        )
         self._sync_store: SyncStore | None = self._memory
         self._async_store: AsyncStore | None = self._memory
         self._check_deferred = False
+        self._deferred_check_lock = threading.Lock()
+        """Held by the one caller running the deferred check; the others never wait."""
 
     @property
     def store(self) -> SyncStore:
@@ -163,10 +177,13 @@ class Sentinel:
             except StoreError as exc:
                 return attempt.failed(exc)
             decision = attempt.succeeded(reply)
-        if self._check_deferred:
+        if self._check_deferred and self._deferred_check_lock.acquire(blocking=False):
             # A Redis error leaves it deferred: the next successful contact tries again.
-            with contextlib.suppress(StoreError):
-                self._run_deferred_check(self.store.check(self.config.require_noeviction))
+            try:
+                with contextlib.suppress(StoreError):
+                    self._run_deferred_check(self.store.check(self.config.require_noeviction))
+            finally:
+                self._deferred_check_lock.release()
         return decision
 
     async def aevaluate(
@@ -188,10 +205,13 @@ class Sentinel:
                     await asyncio.shield(self._hand_back(lease, attempt.policy))
                 raise
             decision = attempt.succeeded(reply)
-        if self._check_deferred:
-            with contextlib.suppress(StoreError):  # still deferred: tried at the next contact
-                report = await self.async_store.acheck(self.config.require_noeviction)
-                self._run_deferred_check(report)
+        if self._check_deferred and self._deferred_check_lock.acquire(blocking=False):
+            try:
+                with contextlib.suppress(StoreError):  # still deferred: tried at the next contact
+                    report = await self.async_store.acheck(self.config.require_noeviction)
+                    self._run_deferred_check(report)
+            finally:
+                self._deferred_check_lock.release()
         return decision
 
     def release(self, decision: Decision) -> None:
@@ -297,5 +317,25 @@ def _release_failed(policy: Policy, exc: StoreError) -> None:
     )
 
 
+def _nanoseconds(clock: Callable[[], float]) -> Callable[[], int]:
+    """``clock`` (seconds) in whole nanoseconds, for the limiters' integer arithmetic."""
+    if clock is time.monotonic:
+        return time.monotonic_ns
+    return lambda: round(clock() * 1_000_000_000)
+
+
+def _unix_microseconds(clock: Callable[[], float]) -> Callable[[], int]:
+    """Unix time in microseconds (what Redis ``TIME`` gives the scripts) advancing with
+    ``clock``: the memory store's buckets expire on the injected clock too."""
+    offset = time.time_ns() // 1_000 - round(clock() * 1_000_000)
+    return lambda: offset + round(clock() * 1_000_000)
+
+
 def _identity(identity: str | Identity) -> Identity:
-    return tenant_identity(identity) if isinstance(identity, str) else identity
+    if isinstance(identity, str):
+        return tenant_identity(identity)
+    if isinstance(identity, Identity):
+        return identity
+    raise TypeError(
+        f"identity must be a tenant id (str) or an Identity, not {type(identity).__name__}"
+    )

@@ -175,10 +175,13 @@ def test_a_network_rate_defaults_its_burst_to_its_count() -> None:
 @pytest.mark.parametrize(
     ("url", "fragment"),
     [
-        ("redis+cluster://127.0.0.1:notaport", "expected host:port in '127.0.0.1:notaport'"),
+        (
+            "redis+cluster://127.0.0.1:notaport",
+            "the port must be a number from 1 to 65535, got 'notaport'",
+        ),
         ("redis+cluster://127.0.0.1", "expected host:port"),
         ("redis+cluster://:7000", "expected host:port in ':7000'"),
-        ("redis+cluster://127.0.0.1:7000,127.0.0.1:99999", "expected host:port"),
+        ("redis+cluster://127.0.0.1:7000,127.0.0.1:99999", "from 1 to 65535, got '99999'"),
         ("redis+cluster:///", "no host:port"),
         ("redis+cluster://,", "no host:port"),
         ("redis+sentinel://127.0.0.1:26379", "/service[/db]"),

@@ -25,7 +25,6 @@ from prometheus_client import CollectorRegistry
 import sentinel_core
 from sentinel_core import (
     BreakerState,
-    CircuitBreaker,
     Decision,
     DecisionReason,
     Policy,
@@ -54,6 +53,7 @@ def make_sentinel(
     fallback: str = f"{FALLBACK_PER_SECOND}/second",
     rate: str = "1000/second",
     plugins: tuple[object, ...] = (),
+    clock: Callable[[], float] = time.monotonic,
 ) -> Sentinel:
     """A Sentinel on ``url`` with one fail-open and one fail-closed token bucket policy.
 
@@ -74,7 +74,9 @@ def make_sentinel(
             CLOSED_EP: {"algorithm": "token_bucket", "rate": rate, "fail_mode": "closed"},
         },
     }
-    return Sentinel(config, registry=CollectorRegistry(), plugins=plugins, entry_points=False)
+    return Sentinel(
+        config, registry=CollectorRegistry(), plugins=plugins, entry_points=False, clock=clock
+    )
 
 
 class TransitionRecorder:
@@ -767,8 +769,7 @@ class FakeClock:
 def bug_sentinel(url: str) -> Iterator[tuple[Sentinel, FakeClock]]:
     """A Sentinel on real Redis whose breaker (threshold 1, 30 s) runs on a fake clock."""
     clock = FakeClock()
-    sentinel = make_sentinel(url)
-    sentinel.engine.breaker = CircuitBreaker(1, 30, clock=clock)
+    sentinel = make_sentinel(url, threshold=1, clock=clock)
     yield sentinel, clock
     sentinel.close()
 

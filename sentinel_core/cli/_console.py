@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import re
+from collections.abc import Callable
 from urllib.parse import urlsplit
+
+from sentinel_core.errors import ConfigError
+from sentinel_core.store._url import resolve
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _PASSWORD_PARAMETER = re.compile(r"([?&]password=)[^&#]*")
@@ -15,6 +20,31 @@ def say(line: str) -> None:
 
 def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def redis_url(text: str) -> str:
+    """``--redis URL``: refused by argparse (a message, exit 2) unless it parses completely."""
+    try:
+        resolve(text, "--redis")
+    except ConfigError as error:
+        raise argparse.ArgumentTypeError(error.problem) from None
+    return text
+
+
+def bounded_int(maximum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to ``maximum``."""
+
+    def parse(text: str) -> int:
+        digits = text.strip()
+        if (
+            not digits.isdigit()
+            or len(digits) > len(str(maximum))
+            or not 1 <= int(digits) <= maximum
+        ):
+            raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {maximum}")
+        return int(digits)
+
+    return parse
 
 
 def redact_url(url: str) -> str:

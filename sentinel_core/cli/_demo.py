@@ -1,32 +1,26 @@
 """``sentinel demo``: two tenants' bursts limited, then Redis unreachable, as a table.
 
-Requests go through `Sentinel.guard` exactly as an adapter sends them, or, with
-``--framework``, through the example app of that framework and its test client.
+Requests go through `Sentinel.guard` exactly as an adapter sends them: the core path
+every adapter shares. Nothing is loaded from the current directory (no example app is
+imported or executed), so running the demo anywhere runs only the installed package.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
-import importlib.util
 import logging
-import os
-import re
 import secrets
 import socket
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
-from pathlib import Path
-from types import ModuleType
 from typing import Protocol
 
 import jwt
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import CollectorRegistry
 
 from sentinel_core._models import Rate
 from sentinel_core._sentinel import Sentinel
@@ -36,12 +30,7 @@ from sentinel_core.errors import StartupError, StoreError
 from sentinel_core.http._outcome import RequestView
 
 TENANTS = ("acme", "globex")
-EXAMPLE_PATHS = {"resumint.tailor": "/v1/tailor", "pdftalk.ingest": "/v1/ingest"}
-"""Where every example app (``examples/<framework>_app.py``) serves the demo's endpoints."""
 _UNITS = {1: "second", 60: "minute", 3600: "hour", 86400: "day"}
-_REMAINING = re.compile(r";r=(\d+)")
-SOURCE_CHECKOUT = Path(__file__).resolve().parents[2]
-"""Where an editable install or a source checkout keeps ``examples/``."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,104 +94,17 @@ class CoreClient:
         return Reply(outcome.status, decision.reason.value, decision.remaining, retry_after)
 
 
-Post = Callable[[str, Mapping[str, str]], tuple[int, Mapping[str, str]]]
-"""POST ``path`` with ``headers`` through a framework's test client: status, headers."""
-
-
-class ExampleClient:
-    """Sends the demo's requests to an example app through its framework's test client.
-
-    HTTP does not carry the decision reason, so it is read back from the app's
-    ``sentinel_decisions_total`` (the examples use the default registry): the one
-    series a request incremented names its reason.
-    """
-
-    def __init__(self, post: Post, tokens: Tokens) -> None:
-        self._post = post
-        self._tokens = tokens
-
-    def send(self, endpoint_id: str, tenant: str) -> Reply:
-        before = decision_counts(REGISTRY)
-        status, headers = self._post(
-            EXAMPLE_PATHS[endpoint_id], {"Authorization": self._tokens.bearer(tenant)}
-        )
-        grown = decision_counts(REGISTRY) - before
-        reason = next((key[1] for key in grown if key[0] == endpoint_id), "?")
-        remaining = _REMAINING.search(headers.get("RateLimit", ""))
-        return Reply(
-            status,
-            reason,
-            int(remaining.group(1)) if remaining else None,
-            headers.get("Retry-After"),
-        )
-
-
-@contextmanager
-def _flask(module: ModuleType) -> Iterator[Post]:
-    client = module.create_app().test_client()
-
-    def post(path: str, headers: Mapping[str, str]) -> tuple[int, Mapping[str, str]]:
-        response = client.post(path, headers=dict(headers))
-        return response.status_code, response.headers
-
-    yield post
-
-
-@contextmanager
-def _fastapi(module: ModuleType) -> Iterator[Post]:
-    # httpx on the ASGI transport inside the app's lifespan (startup check, store
-    # closing), on one event loop of our own: the requests stay synchronous here.
-    import httpx
-
-    app = module.create_app()
-    loop = asyncio.new_event_loop()
-    lifespan = app.router.lifespan_context(app)
-    transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
-    client = httpx.AsyncClient(transport=transport, base_url="http://demo")
-
-    def post(path: str, headers: Mapping[str, str]) -> tuple[int, Mapping[str, str]]:
-        response = loop.run_until_complete(client.post(path, headers=dict(headers)))
-        return response.status_code, response.headers
-
-    try:
-        loop.run_until_complete(lifespan.__aenter__())
-        try:
-            yield post
-        finally:
-            loop.run_until_complete(lifespan.__aexit__(None, None, None))
-    finally:
-        loop.run_until_complete(client.aclose())
-        loop.close()
-
-
-FRAMEWORK_CLIENTS: dict[str, Callable[[ModuleType], AbstractContextManager[Post]]] = {
-    "flask": _flask,
-    "fastapi": _fastapi,
-}
-"""``--framework`` drivers: serve an example app module (built by its ``create_app()``
-from the environment) through the framework's test client. Django has none: its
-settings are process-global, so the demo runs the core path and says so."""
-
-
 def run_demo(args: argparse.Namespace) -> int:
     """``sentinel demo``: bursts limited, then Redis unreachable, as a table."""
     store_url = args.redis or "memory://"
     tokens = Tokens(secrets.token_hex(32))
     if not _store_ready(store_url, tokens.secret):
         return EXIT_FAILED
-    example = _example_module(args.framework, store_url, tokens.secret)
-    registry = REGISTRY if example is not None else CollectorRegistry()
+    registry = CollectorRegistry()
     before = decision_counts(registry)
-    connect: Callable[[str], AbstractContextManager[DemoClient]]
     with _collect_denial_logs() as logs:
-        if example is None:
-            scenario = Scenario(_core_config(store_url, tokens.secret), *_CORE_ENDPOINTS)
-            connect = partial(_core_client, scenario.config, registry, tokens)
-        else:
-            with _example_environment(store_url, tokens.secret):
-                config = load_config(example.sentinel_config())
-            scenario = Scenario(config, *_EXAMPLE_ENDPOINTS)
-            connect = partial(_example_client, FRAMEWORK_CLIENTS[args.framework], example, tokens)
+        scenario = Scenario(_core_config(store_url, tokens.secret), *_CORE_ENDPOINTS)
+        connect = partial(_core_client, scenario.config, registry, tokens)
         with connect(store_url) as client:
             _bursts(scenario, client)
         with connect(_dead_url()) as client:
@@ -212,7 +114,6 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 _CORE_ENDPOINTS = ("resumint.tailor", "pdftalk.ingest", "billing.charge", "search.query")
-_EXAMPLE_ENDPOINTS = ("resumint.tailor", "pdftalk.ingest", "pdftalk.ingest", "resumint.tailor")
 
 
 def _core_config(redis_url: str, secret: str) -> SentinelConfig:
@@ -245,75 +146,6 @@ def _core_client(
         yield CoreClient(sentinel, tokens)
     finally:
         sentinel.close()
-
-
-@contextmanager
-def _example_client(
-    serve: Callable[[ModuleType], AbstractContextManager[Post]],
-    module: ModuleType,
-    tokens: Tokens,
-    url: str,
-) -> Iterator[DemoClient]:
-    """An `ExampleClient` on a fresh app of the example ``module`` whose store is ``url``."""
-    with _example_environment(url, tokens.secret), serve(module) as post:
-        yield ExampleClient(post, tokens)
-
-
-def _example_module(framework: str | None, store_url: str, secret: str) -> ModuleType | None:
-    """``examples/<framework>_app.py`` loaded as a module, or None (saying why)."""
-    if framework is None:
-        return None
-    path = _example_path(framework)
-    if framework not in FRAMEWORK_CLIENTS:
-        problem = "has no in-process driver (Django settings are process-global)"
-    elif importlib.util.find_spec(f"sentinel_{framework}") is None:
-        problem = f"needs sentinel_{framework} (pip install 'sentinel-ratelimit[{framework}]')"
-    elif path is None:
-        problem = f"needs examples/{framework}_app.py (run it from a source checkout)"
-    else:
-        return _load_example(framework, path, store_url, secret)
-    say(f"note: the {framework} demo {problem}.")
-    say("      Running the core demo: the same requests, through Sentinel.guard.")
-    return None
-
-
-def _example_path(framework: str) -> Path | None:
-    """The example app in the current directory's ``examples/``, or in that of the source
-    checkout this package runs from (the wheel ships no examples)."""
-    for root in (Path.cwd(), SOURCE_CHECKOUT):
-        path = root / "examples" / f"{framework}_app.py"
-        if path.is_file():
-            return path
-    return None
-
-
-def _load_example(framework: str, path: Path, store_url: str, secret: str) -> ModuleType:
-    name = f"sentinel_demo_{framework}_app"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # frameworks look their app's module up by name
-    with _example_environment(store_url, secret):
-        spec.loader.exec_module(module)  # the examples build an app at import
-    say(f"app: {path}, in process")
-    return module
-
-
-@contextmanager
-def _example_environment(redis_url: str, secret: str) -> Iterator[None]:
-    """The environment the examples read their store and JWT key from, for a while."""
-    names = {"SENTINEL_REDIS_URL": redis_url, "SENTINEL_JWT_KEY": secret}
-    saved = {name: os.environ.get(name) for name in names}
-    os.environ.update(names)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _dead_url() -> str:
@@ -414,8 +246,7 @@ class _DenialLogs(logging.Handler):
         self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if hasattr(record, "decision_reason"):
-            self.records.append(record)
+        self.records.append(record)  # the demo's requests log nothing but denials
 
 
 @contextmanager

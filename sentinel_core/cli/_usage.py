@@ -15,7 +15,15 @@ from prometheus_client import CollectorRegistry
 
 from sentinel_core._models import Algorithm, Policy
 from sentinel_core._sentinel import Sentinel
-from sentinel_core.cli._console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, describe, redact_url, say
+from sentinel_core.cli._console import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    describe,
+    redact_url,
+    redis_url,
+    say,
+)
 from sentinel_core.config._schema import load_config
 from sentinel_core.decision._usage import Usage
 from sentinel_core.errors import ConfigError, StoreError
@@ -36,7 +44,9 @@ def add_usage_command(commands: Any) -> None:
     usage.add_argument("endpoint_id", metavar="ENDPOINT_ID")
     usage.add_argument("tenants", metavar="TENANT", nargs="+")
     usage.add_argument("--json", action="store_true", help="print one JSON document")
-    usage.add_argument("--redis", metavar="URL", help="read this server instead of redis_url")
+    usage.add_argument(
+        "--redis", metavar="URL", type=redis_url, help="read this server instead of redis_url"
+    )
     usage.set_defaults(command=run_usage)
 
 

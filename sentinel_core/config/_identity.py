@@ -5,6 +5,7 @@ allowed algorithm matched with a key of its own family and strength at load time
 from __future__ import annotations
 
 import os
+import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,6 +15,11 @@ from sentinel_core.config._reader import Section
 from sentinel_core.errors import ConfigError
 
 MIN_SECRET_BYTES = 32
+MAX_COOKIE_AGE_SECONDS = 400 * 86_400
+"""RFC 6265bis caps a cookie's lifetime at 400 days (browsers do); longer ages also
+overflow the frameworks' expiry dates."""
+_COOKIE_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""RFC 6265's cookie-name: an RFC 2616 token (no separators, spaces or controls)."""
 _HMAC_ALGORITHMS = frozenset({"HS256", "HS384", "HS512"})
 _PUBLIC_KEY_ALGORITHMS = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"}
@@ -76,9 +82,18 @@ def _secret(section: Section, key: str, env_key: str) -> str | None:
     else:
         return None
     assert value is not None
-    if len(value.encode()) < MIN_SECRET_BYTES:
+    if _secret_bytes(value, path) < MIN_SECRET_BYTES:
         raise ConfigError(path, f"secrets must be at least {MIN_SECRET_BYTES} bytes long")
     return value
+
+
+def _secret_bytes(value: str, path: str) -> int:
+    """The UTF-8 length of a secret; a secret that is not text (a lone surrogate, as
+    Python decodes an environment variable's undecodable bytes) is refused."""
+    try:
+        return len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ConfigError(path, "secrets must be valid UTF-8 text") from None
 
 
 def _public_key(section: Section) -> str | None:
@@ -241,6 +256,16 @@ def _parse_jwks(section: Section) -> JwksConfig | None:
     )
 
 
+def _cookie_name(section: Section) -> str:
+    name = section.text("cookie_name", "sentinel_device") or "sentinel_device"
+    if not _COOKIE_TOKEN.fullmatch(name):
+        raise ConfigError(
+            section.path("cookie_name"),
+            f"{name!r} is not a cookie name: letters, digits and !#$%&'*+-.^_`|~ only",
+        )
+    return name
+
+
 def parse_anonymous(section: Section) -> AnonymousConfig:
     secret = _secret(section, "cookie_secret", "cookie_secret_env")
     if secret is None:
@@ -254,7 +279,7 @@ def parse_anonymous(section: Section) -> AnonymousConfig:
         if not isinstance(values, (list, tuple)):
             raise ConfigError(path, "expected a list of secrets")
         for value in values:
-            if not isinstance(value, str) or len(value.encode()) < MIN_SECRET_BYTES:
+            if not isinstance(value, str) or _secret_bytes(value, path) < MIN_SECRET_BYTES:
                 raise ConfigError(
                     path, f"secrets must be strings of at least {MIN_SECRET_BYTES} bytes"
                 )
@@ -262,8 +287,10 @@ def parse_anonymous(section: Section) -> AnonymousConfig:
     config = AnonymousConfig(
         cookie_secret=secret,
         previous_cookie_secrets=tuple(previous),
-        cookie_name=section.text("cookie_name", "sentinel_device") or "sentinel_device",
-        cookie_max_age_seconds=section.integer("cookie_max_age_seconds", 31_536_000),
+        cookie_name=_cookie_name(section),
+        cookie_max_age_seconds=section.integer(
+            "cookie_max_age_seconds", 31_536_000, maximum=MAX_COOKIE_AGE_SECONDS
+        ),
         secure=section.boolean("secure", True),
     )
     section.finish()

@@ -29,13 +29,7 @@ from sentinel_core.config._limits import LEASE_OR_QUOTA, parse_lease_or_quota
 from sentinel_core.config._network import ExemptConfig, Network, parse_exempt, parse_networks
 from sentinel_core.config._reader import Section, parse_rate
 from sentinel_core.errors import ConfigError
-from sentinel_core.store._cluster import (
-    CLUSTER_SCHEME,
-    SENTINEL_SCHEME,
-    parse_hosts,
-    parse_sentinel_url,
-)
-from sentinel_core.store._connect import SCHEMES
+from sentinel_core.store._url import resolve
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -99,6 +93,8 @@ def _load_toml(path: Path) -> SentinelConfig:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError("", f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError:
+        raise ConfigError("", f"{path} is not UTF-8 text, so not a TOML file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("", f"{path} is not valid TOML: {exc}") from exc
     table = document.get("sentinel")
@@ -110,12 +106,7 @@ def _load_toml(path: Path) -> SentinelConfig:
 def _parse(root: Section) -> SentinelConfig:
     redis_url = root.text("redis_url", required=True)
     assert redis_url is not None
-    if not redis_url.startswith(SCHEMES):
-        raise ConfigError("redis_url", f"unsupported scheme in {redis_url!r}")
-    if redis_url.startswith(CLUSTER_SCHEME):
-        parse_hosts(redis_url, CLUSTER_SCHEME)
-    elif redis_url.startswith(SENTINEL_SCHEME):
-        parse_sentinel_url(redis_url)
+    resolve(redis_url, root.path("redis_url"))
     socket_timeout_ms = root.integer("socket_timeout_ms", 20, maximum=60_000)
     require_noeviction = root.boolean("require_noeviction", True)
     local_denials_ms = root.integer("local_denials_ms", 1000, minimum=0, maximum=86_400_000)

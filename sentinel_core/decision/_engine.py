@@ -239,7 +239,9 @@ class Attempt:
             retry_after = self._engine.breaker.retry_after_seconds()
             return self._finish(False, reason, 0, retry_after, retry_after or 0)
         else:
-            verdict = self._engine.emergency.acquire(policy.endpoint_id, policy.fallback_rate)
+            verdict = self._engine.emergency.acquire(
+                policy.endpoint_id, policy.fallback_rate, policy.cost
+            )
         return self._finish(
             verdict.allowed,
             cause if verdict.allowed else DecisionReason.EMERGENCY_LOCAL_LIMIT,

@@ -26,9 +26,9 @@ class EmergencyVerdict:
     reset_seconds: int
 
 
-def emergency_capacity_micro(rate: Rate) -> int:
-    """One second of ``rate``, in micro-tokens, and never less than one request."""
-    return max(MICRO, rate.count * MICRO // rate.period_seconds)
+def emergency_capacity_micro(rate: Rate, cost: int = 1) -> int:
+    """One second of ``rate``, in micro-tokens, and never less than one request's cost."""
+    return max(cost * MICRO, rate.count * MICRO // rate.period_seconds)
 
 
 class EmergencyLimiter:
@@ -38,21 +38,22 @@ class EmergencyLimiter:
         self._buckets: dict[str, tuple[int, int]] = {}
         """endpoint id -> (micro-tokens, monotonic ns of the last admission)"""
 
-    def acquire(self, endpoint_id: str, rate: Rate) -> EmergencyVerdict:
-        """Take one request's token from ``endpoint_id``'s bucket if there is one."""
-        capacity = emergency_capacity_micro(rate)
+    def acquire(self, endpoint_id: str, rate: Rate, cost: int = 1) -> EmergencyVerdict:
+        """Take one request's ``cost`` in tokens from ``endpoint_id``'s bucket if it has them."""
+        capacity = emergency_capacity_micro(rate, cost)
+        price = cost * MICRO
         # micro-tokens gained in elapsed ns = elapsed * count * MICRO / (period * 1e9)
         divisor = rate.period_seconds * _NANOS_PER_MICRO
         with self._lock:
             now = self._clock_ns()
             tokens, last = self._buckets.get(endpoint_id, (capacity, now))
             tokens = min(capacity, tokens + max(0, now - last) * rate.count // divisor)
-            if tokens >= MICRO:
-                tokens -= MICRO
+            if tokens >= price:
+                tokens -= price
                 self._buckets[endpoint_id] = (tokens, now)
                 wait_ns = 0
             else:
-                wait_ns = -(-(MICRO - tokens) * divisor // rate.count)
+                wait_ns = -(-(price - tokens) * divisor // rate.count)
         refill_ns = -(-(capacity - tokens) * divisor // rate.count)
         return EmergencyVerdict(
             allowed=wait_ns == 0,

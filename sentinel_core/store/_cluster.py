@@ -53,10 +53,7 @@ def parse_hosts(url: str, scheme: str) -> list[tuple[str, int]]:
     hosts = []
     for entry in filter(None, netloc.split(",")):
         parsed = urlsplit(f"//{entry}")
-        try:
-            port = parsed.port
-        except ValueError:
-            port = None
+        port = parsed.port  # its range was checked with the URL (`store._url`)
         if not parsed.hostname or port is None:
             raise ConfigError("redis_url", f"expected host:port in {entry!r}")
         hosts.append((parsed.hostname, port))

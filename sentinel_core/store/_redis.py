@@ -8,7 +8,6 @@ the reference algorithms under a lock.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -113,10 +112,6 @@ class AsyncRedisStore:
         await self.client.aclose()
 
 
-def _wall_clock_us() -> int:
-    return time.time_ns() // 1_000
-
-
 class MemoryStore:
     """The embedded ``memory://`` store: the reference algorithms, in this process only.
 
@@ -126,7 +121,7 @@ class MemoryStore:
 
     _SWEEP_EVERY = 10_000
 
-    def __init__(self, clock_us: Callable[[], int] = _wall_clock_us) -> None:
+    def __init__(self, clock_us: Callable[[], int]) -> None:
         self._clock_us = clock_us
         self._lock = threading.Lock()
         self._data: dict[str, tuple[str, int]] = {}

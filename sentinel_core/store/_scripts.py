@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from importlib.resources import files
 
 from sentinel_core._models import MICRO, Algorithm, Policy, Rate
@@ -66,7 +66,7 @@ def bucket_parameters(algorithm: Algorithm, rate: Rate, burst: int, cost: int) -
     return (burst, period_us, cost)
 
 
-@cache
+@lru_cache(maxsize=1_024)  # bounded: a plugin may mint a policy per request
 def script_args(policy: Policy, mode: Mode = Mode.DECIDE, keys: int = 1) -> tuple[int, ...]:
     """The ARGV of a call of ``policy`` over ``keys`` buckets (see each script's header):
     the mode, then the device's parameter set and the network's for the anonymous AND,
