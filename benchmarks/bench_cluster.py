@@ -47,7 +47,7 @@ def _sentinel(url: str, timeout_ms: int = 1000) -> Sentinel:
 
 def latency(single: Sentinel, cluster: Sentinel, rounds: int, plot: Path | None) -> str:
     counter = iter(range(10**9))
-    anon = AnonymousIdentity("device-1", "ipv4:192.0.2.1")
+    anon = AnonymousIdentity("device-1", "ipv4:192.0.2.1", b"k" * 32)
 
     def tenant(sentinel: Sentinel) -> Any:
         return lambda: sentinel.evaluate("api", f"t{next(counter) % 5000}")

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from tests.support.redis_admin import RedisAdmin
 from tests.support.redis_cluster import RedisCluster
@@ -64,6 +65,15 @@ def unbounded_redis_server() -> Iterator[RedisServer]:
     server = RedisServer(maxmemory=0).start()
     yield server
     server.close()
+
+
+@pytest.fixture
+def flushed_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client of the session's server, emptied first."""
+    client = redis_server.client()
+    client.flushall()
+    yield client
+    client.close()
 
 
 def make_config(redis_url: str, **policies: dict[str, Any]) -> dict[str, Any]:

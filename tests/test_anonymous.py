@@ -8,7 +8,6 @@ decision costs exactly one script execution and one command.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ from hypothesis import strategies as st
 
 from sentinel_core import Outcome, Rate, Sentinel, load_config
 from sentinel_core.identity._anonymous import DeviceCookies, client_network
+from sentinel_core.identity._keys import anonymous_key_secret, keyed_hash
 from tests.support.http import make_sentinel, request_view
 from tests.support.redis_server import RedisServer
 from tests.support.tokens import COOKIE_SECRET, OLD_COOKIE_SECRET
@@ -206,12 +206,13 @@ def login(sentinel: Sentinel, peer: str, cookie: str | None = None, **headers: s
 
 
 def keys_of(client: redis.Redis, kind: str) -> list[str]:
+    """The device (``d``) or network (``n``) bucket keys."""
     return sorted(key.decode() for key in client.keys(f"sentinel:v2:*:{kind}:*"))
 
 
 def device_key(client: redis.Redis, device_id: str) -> str:
-    digest = hashlib.sha256(device_id.encode()).hexdigest()
-    (key,) = [key for key in keys_of(client, "device") if f":device:{digest}:" in key]
+    digest = keyed_hash(anonymous_key_secret(COOKIE_SECRET), device_id)
+    (key,) = [key for key in keys_of(client, "d") if f":d:{digest}:" in key]
     return key
 
 
@@ -221,13 +222,13 @@ def test_ipv6_clients_of_one_64_share_the_network_bucket(
     first = login(sentinel, "2001:db8:7:7::1")
     second = login(sentinel, "2001:db8:7:7:ffff:ffff:ffff:fffe")
     assert (first.allowed, second.allowed) == (True, True)
-    assert len(keys_of(client, "ip")) == 1
+    assert len(keys_of(client, "n")) == 1
     # The /64 has spent its burst of 2, whichever address and device asks next.
     third = login(sentinel, "2001:db8:7:7:1234::5")
     assert (third.status, third.cookie) == (429, None)
     other_64 = login(sentinel, "2001:db8:7:8::1")
     assert other_64.allowed
-    assert len(keys_of(client, "ip")) == 2
+    assert len(keys_of(client, "n")) == 2
 
 
 def test_ipv4_clients_are_bucketed_per_address(sentinel: Sentinel, client: redis.Redis) -> None:
@@ -248,7 +249,7 @@ def test_when_the_network_denies_the_device_bucket_is_untouched(
     device_id = first.cookie.value.split(".")[1]
     assert login(sentinel, peer).allowed  # another device spends the network's last token
     key = device_key(client, device_id)
-    device_before, ip_before = client.get(key), client.get(keys_of(client, "ip")[0])
+    device_before, ip_before = client.get(key), client.get(keys_of(client, "n")[0])
 
     denied = login(sentinel, peer, first.cookie.value)
 
@@ -256,7 +257,7 @@ def test_when_the_network_denies_the_device_bucket_is_untouched(
     assert denied.decision is not None
     assert denied.decision.remaining == 0
     assert client.get(key) == device_before  # the device still had a token: not spent
-    assert client.get(keys_of(client, "ip")[0]) == ip_before
+    assert client.get(keys_of(client, "n")[0]) == ip_before
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -270,7 +271,7 @@ def test_when_the_device_denies_the_network_bucket_is_untouched(
         assert first.cookie is not None
         value = first.cookie.value
         assert login(sentinel, peer, value).allowed
-        (ip_key,) = keys_of(client, "ip")
+        (ip_key,) = keys_of(client, "n")
         device_before = client.get(device_key(client, value.split(".")[1]))
         ip_before = client.get(ip_key)
 

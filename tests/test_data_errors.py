@@ -29,20 +29,17 @@ POLICIES = {
 
 
 @pytest.fixture
+def client(flushed_client: redis.Redis) -> redis.Redis:
+    return flushed_client
+
+
+@pytest.fixture
 def sentinel(redis_server: RedisServer) -> Iterator[Sentinel]:
     config = make_config(redis_server.url, **POLICIES)
     config["breaker"] = {"failure_threshold": 2, "open_seconds": 30}
     sentinel = Sentinel(config, registry=CollectorRegistry(), entry_points=False)
     yield sentinel
     sentinel.close()
-
-
-@pytest.fixture
-def client(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    client = redis_server.client()
-    client.flushall()
-    yield client
-    client.close()
 
 
 def key_of(sentinel: Sentinel, endpoint_id: str, tenant: str) -> str:
@@ -91,8 +88,8 @@ def test_a_wrongtype_bucket_left_by_a_denial_is_still_no_failure(
     config["breaker"] = {"failure_threshold": 1, "open_seconds": 30}
     anonymous = Sentinel(config, registry=CollectorRegistry(), entry_points=False)
     try:
-        first = AnonymousIdentity("device-a", "ipv4:192.0.2.1")
-        second = AnonymousIdentity("device-b", "ipv4:192.0.2.1")
+        first = AnonymousIdentity("device-a", "ipv4:192.0.2.1", b"k" * 32)
+        second = AnonymousIdentity("device-b", "ipv4:192.0.2.1", b"k" * 32)
         assert anonymous.evaluate("login", first).allowed
         device_key, _ = second.bucket_keys(anonymous.engine.policy("login"))
         client.rpush(device_key, "x")

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from sentinel_core import AuthError, ConfigError, load_config
 from sentinel_core.identity._jwt import MAX_TOKEN_LENGTH, JwtVerifier
+from sentinel_core.identity._keys import compact_hash
 from tests.support.http import header, make_sentinel, request_view, script_calls
 from tests.support.redis_server import RedisServer
 from tests.support.tokens import (
@@ -399,7 +400,6 @@ def test_every_bad_token_is_a_401_before_any_redis_call(
 
 
 def test_a_good_token_is_decided_on_its_hashed_sub(redis_url: str, client: redis.Redis) -> None:
-    import hashlib
 
     sentinel = make_sentinel(config(redis_url))
     try:
@@ -407,7 +407,7 @@ def test_a_good_token_is_decided_on_its_hashed_sub(redis_url: str, client: redis
     finally:
         sentinel.close()
     assert (outcome.allowed, outcome.status) == (True, 200)
-    digest = hashlib.sha256(b"tenant-a").hexdigest()
+    digest = compact_hash("tenant-a")
     assert [key.decode() for key in client.keys("*")] == [f"sentinel:v1:{{{digest}}}:{ENDPOINT}:1"]
 
 

@@ -8,7 +8,6 @@ redis-server, and through both entry points: ``evaluate`` (threads) and ``aevalu
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
@@ -26,6 +25,7 @@ from sentinel_core import (
     UnknownEndpointError,
     hookimpl,
 )
+from sentinel_core.identity._keys import compact_hash
 
 HOUR = 3_600
 
@@ -312,7 +312,7 @@ async def test_unknown_endpoint_id_raises(decide: Decide) -> None:
 # -- Redis only: what the keys look like -----------------------------------------------------
 
 KEY_FORMAT = re.compile(
-    r"sentinel:v1:\{(?P<hash>[0-9a-f]{64})\}:(?P<endpoint>[^:]+):(?P<version>\d+)"
+    r"sentinel:v1:\{(?P<hash>[A-Za-z0-9_-]{22})\}:(?P<endpoint>[^:]+):(?P<version>\d+)"
 )
 
 
@@ -397,9 +397,7 @@ def test_tenant_key_format(redis_url: str, redis_client: redis.Redis, version: i
         sentinel.close()
 
     (key,) = redis_client.scan_iter("*")
-    assert key == (
-        f"sentinel:v1:{{{hashlib.sha256(tenant.encode()).hexdigest()}}}:pdftalk.ingest:{version}"
-    )
+    assert key == (f"sentinel:v1:{{{compact_hash(tenant)}}}:pdftalk.ingest:{version}")
     match = KEY_FORMAT.fullmatch(key)
     assert match is not None
     assert match["endpoint"] == "pdftalk.ingest"

@@ -332,8 +332,8 @@ def test_an_anonymous_device_denied_by_the_store_is_answered_locally(
     config["socket_timeout_ms"] = 2_000
     sentinel = Sentinel(config, registry=CollectorRegistry(), entry_points=False)
     sentinel.engine.local_denials = LocalDenials(1_000, clock)
-    device = AnonymousIdentity("device-1", "198.51.100.7")
-    neighbour = AnonymousIdentity("device-2", "198.51.100.7")
+    device = AnonymousIdentity("device-1", "198.51.100.7", b"k" * 32)
+    neighbour = AnonymousIdentity("device-2", "198.51.100.7", b"k" * 32)
     try:
         decisions = [sentinel.evaluate("anon.login", device) for _ in range(3)]
         assert [(d.allowed, d.local) for d in decisions] == [

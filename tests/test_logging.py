@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sentinel_core import AnonymousIdentity, Sentinel
+from sentinel_core.identity._keys import compact_hash
 from sentinel_core.observability._log_throttle import LogThrottle
 from sentinel_core.observability._logging import LOG_FIELDS, DecisionLogPlugin
 from tests.conftest import make_config
@@ -89,7 +89,7 @@ def test_a_denial_logs_one_warning_with_every_field_and_repeats_are_counted(
         assert fields == {
             "endpoint_id": "api.ingest",
             "decision_reason": "rate_limited",
-            "identity_hash": hashlib.sha256(TENANT.encode()).hexdigest(),
+            "identity_hash": compact_hash(TENANT),
             "identity_kind": "tenant",
             "latency_us": decision.latency_us,
             "breaker_state": "closed",
@@ -116,7 +116,7 @@ def test_each_endpoint_identity_and_reason_has_its_own_second(
     records = warnings_of(caplog)
     assert len(records) == 4
     assert {(r.endpoint_id, r.identity_hash[:8]) for r in records} == {
-        (endpoint, hashlib.sha256(tenant.encode()).hexdigest()[:8])
+        (endpoint, compact_hash(tenant)[:8])
         for endpoint in ("api.ingest", "api.export")
         for tenant in (TENANT, "globex")
     }
@@ -214,7 +214,7 @@ def test_anonymous_denials_say_so(caplog: pytest.LogCaptureFixture) -> None:
     )
     config["anonymous"] = {"cookie_secret": "s" * 32}
     sentinel = Sentinel(config, registry=CollectorRegistry(), entry_points=False)
-    identity = AnonymousIdentity(TENANT, "192.0.2.7")
+    identity = AnonymousIdentity(TENANT, "192.0.2.7", b"k" * 32)
     with caplog.at_level(logging.WARNING, logger="sentinel"):
         for _ in range(3):
             sentinel.evaluate("auth.login", identity)

@@ -10,7 +10,6 @@ in `Sentinel.guard`'s answers and in the buckets on the private Redis.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import inspect
 import sys
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from sentinel_core import (
     hookspecs,
 )
 from sentinel_core._plugins import Hooks, make_plugin_manager
+from sentinel_core.identity._keys import compact_hash
 from tests.support.http import header, make_sentinel, request_view
 from tests.support.plugins import ENTRY_POINT, PACKAGE, install_dist_info, pip_install
 from tests.support.redis_server import RedisServer, free_port
@@ -105,7 +105,7 @@ def assert_plugin_identity_and_tier_are_used(sentinel: Sentinel, client: redis.R
     assert (header(free[0].headers, "RateLimit-Policy") or "").startswith(f'"{ENDPOINT}";q=2;')
     assert (header(pro[0].headers, "RateLimit-Policy") or "").startswith(f'"{ENDPOINT}";q=10;')
     expected = {
-        f"sentinel:v1:{{{hashlib.sha256(account).hexdigest()}}}:{ENDPOINT}:1"
+        f"sentinel:v1:{{{compact_hash(account.decode())}}}:{ENDPOINT}:1"
         for account in (b"account:acme", b"account:globex")
     }
     assert {key.decode() for key in client.keys("*")} == expected
@@ -199,10 +199,12 @@ def test_identify_may_return_an_identity_and_an_empty_string_passes() -> None:
             return answers[-1]
 
     sentinel = make_sentinel(config("memory://"), plugins=[Fixed()])
-    answers.append(AnonymousIdentity("app-install-1", "mobile"))
+    answers.append(AnonymousIdentity("app-install-1", "mobile", b"k" * 32))
     first = with_key(sentinel, None)
     assert first.decision is not None
-    assert first.decision.identity_hash == AnonymousIdentity("app-install-1", "mobile").hash
+    assert (
+        first.decision.identity_hash == AnonymousIdentity("app-install-1", "mobile", b"k" * 32).hash
+    )
     answers.append("")
     assert with_key(sentinel, None).status == 401  # "" is no identity: the JWT answers
     answers.append(42)

@@ -9,7 +9,6 @@ in a key or a response. Rotating what a client controls (cookies, addresses insi
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 import redis
 
 from sentinel_core import Outcome, Sentinel
+from sentinel_core.identity._keys import compact_hash
 from tests.support.http import make_sentinel, request_view
 from tests.support.redis_server import RedisServer
 from tests.support.tokens import COOKIE_SECRET, HS_SECRET, bearer, hs256
@@ -98,7 +98,7 @@ def test_spoofed_headers_never_change_a_tenants_bucket(
     spoofed = trace(tenant_requests(sentinel, SPOOFS))
     assert spoofed == plain
     assert keys(client) == plain_keys
-    digest = hashlib.sha256(b"tenant-a").hexdigest()
+    digest = compact_hash("tenant-a")
     assert plain_keys == [f"sentinel:v1:{{{digest}}}:{TENANT}:1"]
     assert plain[4:] == [(429, 0)] * (len(SPOOFS) - 4)
 
@@ -128,13 +128,13 @@ def test_spoofed_forwarding_headers_never_change_an_anonymous_clients_buckets(
     sentinel: Sentinel, client: redis.Redis
 ) -> None:
     plain = trace(anonymous_requests(sentinel, [{}] * len(SPOOFS)))
-    plain_keys = [key.split(":device:")[0] for key in keys(client)]
+    plain_keys = [key.split(":d:")[0] for key in keys(client)]
     client.flushall()
     spoofed = trace(anonymous_requests(sentinel, SPOOFS))
     assert spoofed == plain
     # Same network bucket (the device id is new per run, so compare the network part).
-    assert [key.split(":device:")[0] for key in keys(client)] == plain_keys
-    assert len([key for key in keys(client) if ":ip:" in key]) == 1
+    assert [key.split(":d:")[0] for key in keys(client)] == plain_keys
+    assert len([key for key in keys(client) if ":n:" in key]) == 1
 
 
 def test_the_peer_address_decides_even_when_forwarding_headers_agree(
@@ -143,7 +143,7 @@ def test_the_peer_address_decides_even_when_forwarding_headers_agree(
     same_claim = {"X-Forwarded-For": "198.51.100.77", "X-Real-IP": "198.51.100.77"}
     for peer in ("203.0.113.1", "203.0.113.2", "203.0.113.3"):
         sentinel.guard(ANONYMOUS, request_view(peer=peer, headers=same_claim))
-    assert len([key for key in keys(client) if ":ip:" in key]) == 3
+    assert len([key for key in keys(client) if ":n:" in key]) == 3
 
 
 def test_raw_identities_never_appear_in_keys_or_responses(
@@ -174,7 +174,7 @@ def test_dropping_the_cookie_does_not_escape_the_network_bucket(
     # Every request without a cookie is a new device: the network bucket still counts.
     statuses = [sentinel.guard(ANONYMOUS, request_view(peer="192.0.2.1")).status for _ in range(6)]
     assert statuses == [200] * 4 + [429] * 2
-    assert len([key for key in keys(client) if ":device:" in key]) == 4  # denials wrote none
+    assert len([key for key in keys(client) if ":d:" in key]) == 4  # denials wrote none
 
 
 def test_rotating_addresses_inside_a_64_does_not_escape(

@@ -32,7 +32,7 @@ def test_a_tenant_identity_repr_shows_a_hash_prefix_not_the_tenant() -> None:
 
 @pytest.mark.security
 def test_an_anonymous_identity_repr_shows_neither_device_nor_network() -> None:
-    identity = AnonymousIdentity("device-0123456789", "198.51.100.23")
+    identity = AnonymousIdentity("device-0123456789", "198.51.100.23", b"k" * 32)
 
     text = repr(identity)
     assert "device-0123456789" not in text

@@ -30,6 +30,7 @@ from sentinel_core.identity._keys import (
     AnonymousIdentity,
     Identity,
     TenantIdentity,
+    anonymous_key_secret,
     tenant_identity,
 )
 from sentinel_core.resilience._emergency import emergency_capacity_micro
@@ -240,7 +241,8 @@ class HttpLayer:
             cookie = Cookie(
                 settings.cookie_name, value, settings.cookie_max_age_seconds, settings.secure
             )
-        return Prepared(AnonymousIdentity(device_id, client_network(client)), cookie)
+        secret = anonymous_key_secret(settings.cookie_secret, settings.previous_cookie_secrets)
+        return Prepared(AnonymousIdentity(device_id, client_network(client), secret), cookie)
 
 
 def unauthorized(error: AuthError) -> Outcome:

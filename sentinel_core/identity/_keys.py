@@ -1,20 +1,61 @@
 """Who is limited, reduced to bucket keys (SPEC §3). The one place keys are built.
 
-Raw identities never reach a key: tenants and anonymous clients are hashed with
-SHA-256. The part in braces is the Redis Cluster hash tag: every key of one script call
-shares it (so the call is single-slot), while different identities spread over slots.
+Raw identities never reach a key. Tenants: ``sentinel:v1:{<hash>}:<endpoint>:<version>``,
+the hash the first 128 bits of SHA-256 in base64url (22 characters), so that a token
+bucket's key stays within the 44 bytes jemalloc packs with an integer value in 88 bytes.
+Anonymous clients: a separate ``sentinel:v2:`` keyspace whose hashes are keyed
+(HMAC-SHA256) with a server secret derived from ``anonymous.cookie_secret``: the IPv4
+space has 2**32 addresses, so an unkeyed hash of one is recovered by enumeration.
+
+The part in braces is the Redis Cluster hash tag: every key of one script call shares it
+(so the call is single-slot), while different identities spread over slots.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 from dataclasses import dataclass, field
+from functools import cache
 
 from sentinel_core._models import Policy
 
+_HASH_BYTES = 16
+"""128 bits: collisions between two identities need about 2**64 of them."""
+_KEY_SECRET_LABEL = b"sentinel bucket keys v2"
 
-def sha256_hex(value: str) -> str:
-    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+
+def _b64(digest: bytes) -> str:
+    return base64.urlsafe_b64encode(digest[:_HASH_BYTES]).decode()[:22]
+
+
+def compact_hash(value: str) -> str:
+    """SHA-256 of ``value``, its first 128 bits in base64url without padding (22 chars)."""
+    return _b64(hashlib.sha256(value.encode("utf-8", "surrogatepass")).digest())
+
+
+def keyed_hash(secret: bytes, value: str) -> str:
+    """HMAC-SHA256 of ``value`` under ``secret``, 128 bits in base64url (22 chars)."""
+    data = value.encode("utf-8", "surrogatepass")
+    return _b64(hmac.new(secret, data, hashlib.sha256).digest())
+
+
+@cache
+def anonymous_key_secret(cookie_secret: str, previous: tuple[str, ...] = ()) -> bytes:
+    """The secret of anonymous bucket keys: HMAC-SHA256(the oldest cookie secret still
+    accepted, a fixed label); the oldest is the last of ``previous``, if any.
+
+    Derived, not a cookie secret itself, so one key never serves two purposes (a bucket
+    hash can never be replayed as a cookie signature, or the reverse), and no new
+    setting is needed: every process that verifies cookies derives the same one. The
+    oldest accepted secret, so a rotation (a new ``cookie_secret``, the old one listed
+    in ``previous_cookie_secrets``) keeps every bucket as it keeps every cookie; retiring
+    the old secret moves anonymous clients to new buckets, once (docs/security.md)."""
+    cookie_secret = previous[-1] if previous else cookie_secret
+    return hmac.new(
+        cookie_secret.encode("utf-8", "surrogatepass"), _KEY_SECRET_LABEL, hashlib.sha256
+    ).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +66,7 @@ class TenantIdentity:
     hash: str = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "hash", sha256_hex(self.tenant))
+        object.__setattr__(self, "hash", compact_hash(self.tenant))
 
     def __repr__(self) -> str:  # never print the raw identity
         return f"TenantIdentity(hash={self.hash[:12]}...)"
@@ -56,23 +97,28 @@ class AnonymousIdentity:
     """An anonymous client: its signed device id AND its network (IPv4 address or IPv6 /64).
 
     Both buckets are decided in one script call, so both keys carry the same hash tag
-    (the network's) and share a Redis Cluster slot. The device's key is therefore per
-    (network, device): a device that changes networks starts a fresh device bucket, and
-    meets the new network's bucket. The scheme is the same on a single Redis, so moving
-    to a cluster changes no state. The network bucket is the larger one (a policy's
-    ``network_rate``/``network_burst``): many devices share one NAT.
+    (the network's keyed hash) and share a Redis Cluster slot. The device's key is
+    therefore per (network, device): a device that changes networks starts a fresh
+    device bucket, and meets the new network's bucket. The scheme is the same on a
+    single Redis, so moving to a cluster changes no state. The network bucket is the
+    larger one (a policy's ``network_rate``/``network_burst``): many devices share one NAT.
+
+    ``secret`` keys every hash (`anonymous_key_secret`): without it, nobody who reads
+    Redis or the logs can tell which network or device a key belongs to.
     """
 
     device_id: str
     network: str
+    secret: bytes = field(repr=False)
     hash: str = field(init=False, repr=False)
     _network_hash: str = field(init=False, repr=False)
     _device_hash: str = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_network_hash", sha256_hex(self.network))
-        object.__setattr__(self, "_device_hash", sha256_hex(self.device_id))
-        object.__setattr__(self, "hash", sha256_hex(f"{self.device_id}|{self.network}"))
+        object.__setattr__(self, "_network_hash", keyed_hash(self.secret, self.network))
+        object.__setattr__(self, "_device_hash", keyed_hash(self.secret, self.device_id))
+        both = keyed_hash(self.secret, f"{self.device_id}|{self.network}")
+        object.__setattr__(self, "hash", both)
 
     def __repr__(self) -> str:
         return f"AnonymousIdentity(hash={self.hash[:12]}...)"
@@ -81,8 +127,8 @@ class AnonymousIdentity:
         tag = f"{{{self._network_hash}}}"
         suffix = f"{policy.endpoint_id}:{policy.version}"
         return (
-            f"sentinel:v2:{tag}:device:{self._device_hash}:{suffix}",
-            f"sentinel:v2:{tag}:ip:{suffix}",
+            f"sentinel:v2:{tag}:d:{self._device_hash}:{suffix}",
+            f"sentinel:v2:{tag}:n:{suffix}",
         )
 
 

@@ -80,7 +80,7 @@ def test_anonymous_and_is_decided_in_one_slot(
     make_sentinel: MakeSentinel, cluster_url: str
 ) -> None:
     sentinel = make_sentinel(_config(cluster_url, hot=HOT))
-    identity = AnonymousIdentity("device-1", "ipv4:192.0.2.7")
+    identity = AnonymousIdentity("device-1", "ipv4:192.0.2.7", b"k" * 32)
     device_key, ip_key = identity.bucket_keys(sentinel.engine.policy("hot"))
     assert device_key.split("}")[0] == ip_key.split("}")[0]  # one hash tag
     decisions = [sentinel.evaluate("hot", identity) for _ in range(41)]
