@@ -23,6 +23,7 @@ import httpx
 
 from tests.support.tokens import claims, mint
 
+_TICK = 0.01
 TRANSPORT_ERROR = 0
 """The status of a request that got no HTTP answer (refused, reset, timed out)."""
 
@@ -72,6 +73,8 @@ class Load:
         self._max_seconds = max_seconds
         self._timeout = timeout
         self._replies: list[Reply] = []
+        self._stalls: list[tuple[float, float]] = []
+        """(when, seconds late) of each tick of the event loop that came late"""
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="realserver-load", daemon=True)
@@ -95,6 +98,12 @@ class Load:
         with self._lock:
             return list(self._replies)
 
+    def stalled(self, reply: Reply) -> float:
+        """Seconds this client was stalled (not running its event loop) while ``reply``
+        was awaited."""
+        with self._lock:
+            return sum(late for at, late in self._stalls if reply.start <= at < reply.end)
+
     def wait_for(self, match: Callable[[Reply], bool], timeout: float) -> Reply | None:
         """The first reply (by send time) that ``match``es, waiting up to ``timeout``."""
         deadline = time.monotonic() + timeout
@@ -113,9 +122,22 @@ class Load:
         async with httpx.AsyncClient(
             base_url=self._base_url, limits=limits, timeout=self._timeout
         ) as client:
+            ticker = asyncio.create_task(self._tick())
             await asyncio.gather(
                 *(self._worker(client, deadline) for _ in range(self._concurrency))
             )
+            ticker.cancel()
+
+    async def _tick(self) -> None:
+        """Notes when this client was not running: on a loaded machine a process can wait
+        for a core for a long time, and a reply read late is not a slow answer."""
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(_TICK)
+            late = time.monotonic() - before - _TICK
+            if late > _TICK:
+                with self._lock:
+                    self._stalls.append((before, late))
 
     async def _worker(self, client: httpx.AsyncClient, deadline: float) -> None:
         while not self._stopping.is_set() and time.monotonic() < deadline:
