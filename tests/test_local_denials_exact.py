@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from sentinel_core import Sentinel, TenantIdentity
-from sentinel_core.store._scripts import ScriptCall, run_reference
-from tests.support.local_flood import run_schedule
+from sentinel_core import Sentinel
+from sentinel_core.store._scripts import run_reference
+from tests.support.local_flood import Admission, LocalDenial, run_schedule
 
 pytestmark = pytest.mark.slow
 
@@ -45,12 +45,27 @@ POLICIES = {
         "rate": "10/second",
         "fail_mode": "closed",
     },
+    # three devices behind one network: the network bucket denies before a device's
+    "flood.anonymous": {
+        "algorithm": "token_bucket",
+        "rate": "20/second",
+        "burst": 3,
+        "identity": "anonymous",
+        "network_rate": "30/second",
+        "network_burst": 4,
+        "fail_mode": "closed",
+    },
 }
-Plan = list[list[list[int]]]
+Plan = list[list[list[tuple[int, int]]]]
 
 
 def config(url: str) -> dict[str, Any]:
-    return {"redis_url": url, "socket_timeout_ms": 10_000, "policies": POLICIES}
+    return {
+        "redis_url": url,
+        "socket_timeout_ms": 10_000,
+        "anonymous": {"cookie_secret": "c" * 32},
+        "policies": POLICIES,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -60,55 +75,58 @@ def pool() -> Iterator[ProcessPoolExecutor]:
         yield executor
 
 
-def bucket_call(url: str, endpoint_id: str, tenant: str) -> ScriptCall:
-    sentinel = Sentinel(config(url), registry=CollectorRegistry(), entry_points=False)
-    policy = sentinel.engine.policy(endpoint_id)
-    return sentinel.engine.script_call(policy, TenantIdentity(tenant))
+Snapshot = tuple[int, dict[str, str]]
+"""The store's TIME of an admission, and every bucket's state right after it."""
 
 
-def replay(call: ScriptCall, admitted_at: list[int]) -> list[tuple[int, str]]:
-    """The bucket's state after each admission, (TIME, state), in the store's order."""
-    states: list[tuple[int, str]] = []
-    state = None
-    for now in sorted(admitted_at):
-        reply, writes = run_reference(call, [state], now)
+def replay(admitted: list[Admission]) -> list[Snapshot]:
+    """The store's buckets after each admission, in the store's order (its TIME)."""
+    states: dict[str, str] = {}
+    snapshots: list[Snapshot] = []
+    for now, call in sorted(admitted, key=lambda admission: admission[0]):
+        reply, writes = run_reference(call, [states.get(key) for key in call.keys], now)
         assert reply.allowed, "the replay disagrees with an admission the store made"
         assert writes is not None
-        state = writes[0].value
-        states.append((now, state))
-    return states
+        for write in writes:
+            states[call.keys[write.index]] = write.value
+        snapshots.append((now, dict(states)))
+    return snapshots
 
 
-def state_before(states: list[tuple[int, str]], instant: int) -> str | None:
-    earlier = [state for now, state in states if now < instant]
-    return earlier[-1] if earlier else None
-
-
-pauses = st.lists(st.integers(min_value=0, max_value=40), min_size=3, max_size=20)
-schedules = st.lists(
-    st.lists(pauses, min_size=1, max_size=3), min_size=PROCESSES, max_size=PROCESSES
-)
+def states_before(snapshots: list[Snapshot], instant: int) -> dict[str, str]:
+    earlier = [states for now, states in snapshots if now < instant]
+    return earlier[-1] if earlier else {}
 
 
 def check_plan(url: str, pool: ProcessPoolExecutor, endpoint_id: str, plan: Plan) -> int:
-    """Run ``plan`` (per process, per thread, the pauses in ms before each request) on a
-    fresh bucket, check every local denial against the replayed store; how many."""
-    tenant = f"flood-{uuid.uuid4()}"
+    """Run ``plan`` (per process, per thread: (pause in ms, device) before each request)
+    on fresh buckets, check every local denial against the replayed store; how many."""
+    name = f"flood-{uuid.uuid4()}"
     futures = [
-        pool.submit(run_schedule, config(url), endpoint_id, tenant, threads) for threads in plan
+        pool.submit(run_schedule, config(url), endpoint_id, name, threads) for threads in plan
     ]
-    admitted: list[int] = []
-    local: list[tuple[int, int]] = []
+    admitted: list[Admission] = []
+    local: list[LocalDenial] = []
     for future in futures:
-        process_admitted, process_local, _ = future.result(timeout=120)
+        process_admitted, process_local = future.result(timeout=120)
         admitted += process_admitted
         local += process_local
-    call = bucket_call(url, endpoint_id, tenant)
-    states = replay(call, admitted)
-    for before, after in local:
-        reply, _ = run_reference(call, [state_before(states, before)], after)
+    snapshots = replay(admitted)
+    for before, after, call in local:
+        states = states_before(snapshots, before)
+        reply, _ = run_reference(call, [states.get(key) for key in call.keys], after)
         assert not reply.allowed, f"a local denial in [{before}, {after}] the store would admit"
     return len(local)
+
+
+pauses = st.lists(
+    st.tuples(st.integers(min_value=0, max_value=40), st.integers(min_value=0, max_value=2)),
+    min_size=3,
+    max_size=20,
+)
+schedules = st.lists(
+    st.lists(pauses, min_size=1, max_size=3), min_size=PROCESSES, max_size=PROCESSES
+)
 
 
 @pytest.mark.parametrize("endpoint_id", list(POLICIES))
@@ -128,11 +146,12 @@ def test_every_local_denial_is_one_the_store_would_have_given(
 def test_a_flood_from_every_process_and_thread_is_answered_locally_and_exactly(
     redis_url: str, pool: ProcessPoolExecutor, endpoint_id: str
 ) -> None:
-    flood = [[[2] * 40] * 3] * PROCESSES  # 3 threads per process, a request every 2 ms
+    # 3 threads per process, a request every 2 ms, each thread its own device
+    flood = [[[(2, device)] * 40 for device in range(3)]] * PROCESSES
     assert check_plan(redis_url, pool, endpoint_id, flood) > 0
 
 
-@pytest.mark.parametrize("endpoint_id", list(POLICIES))
+@pytest.mark.parametrize("endpoint_id", ["flood.token_bucket", "flood.sliding_window"])
 def test_once_retry_after_has_passed_the_next_request_is_admitted(
     redis_url: str, endpoint_id: str
 ) -> None:

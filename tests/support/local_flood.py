@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from sentinel_core import Sentinel
+from sentinel_core import AnonymousIdentity, Identity, IdentityKind, Sentinel, TenantIdentity
 from sentinel_core.store._reference import ScriptReply
 from sentinel_core.store._scripts import ScriptCall
 
@@ -31,53 +31,52 @@ def _sentinel(config: dict[str, Any]) -> Sentinel:
     return sentinel
 
 
-class Recorded:
-    """What one process saw: the store's admissions (its TIME) and the local denials
-    (the wall-clock window around each)."""
-
-    def __init__(self) -> None:
-        self.admitted_at: list[int] = []
-        self.local: list[tuple[int, int]] = []
-        self.store_denials = 0
+Admission = tuple[int, ScriptCall]
+"""The store's TIME (us) of an admission, and the call it admitted."""
+LocalDenial = tuple[int, int, ScriptCall]
+"""The (before, after) wall-clock window of a locally answered denial, and its call."""
 
 
 def run_schedule(
-    config: dict[str, Any], endpoint_id: str, tenant: str, schedules: list[list[int]]
-) -> tuple[list[int], list[tuple[int, int]], int]:
-    """Run one thread per schedule (a list of pauses in ms, one request after each).
+    config: dict[str, Any], endpoint_id: str, name: str, schedules: list[list[tuple[int, int]]]
+) -> tuple[list[Admission], list[LocalDenial]]:
+    """Run one thread per schedule: (pause in ms, device) pairs, one request after each
+    pause. A tenant policy's requests all come from tenant ``name``; an anonymous
+    policy's from device ``device`` behind network ``name``.
 
-    Returns the TIME (us) of every admission the store made for this process, the
-    (before, after) wall-clock window of every locally answered denial, and how many
-    denials the store itself gave."""
+    Returns every admission the store made for this process and every denial the
+    process answered locally."""
     sentinel = _sentinel(config)
     store = sentinel.store
-    recorded = Recorded()
-    lock = threading.Lock()
+    anonymous = sentinel.engine.policy(endpoint_id).identity is IdentityKind.ANONYMOUS
+    admitted: list[Admission] = []
+    local: list[LocalDenial] = []
     plain_run = store.run
 
     def run(call: ScriptCall) -> Any:
         reply = plain_run(call)
         parsed = ScriptReply(*reply)
-        with lock:
-            if parsed.allowed:
-                recorded.admitted_at.append(parsed.now_us)
-            else:
-                recorded.store_denials += 1
+        if parsed.allowed:
+            admitted.append((parsed.now_us, call))
         return reply
+
+    def identity(device: int) -> Identity:
+        return AnonymousIdentity(f"device-{device}", name) if anonymous else TenantIdentity(name)
 
     store.run = run  # type: ignore[method-assign]
     barrier = threading.Barrier(len(schedules))
 
-    def worker(pauses: list[int]) -> None:
+    def worker(schedule: list[tuple[int, int]]) -> None:
         barrier.wait()
-        for pause in pauses:
+        for pause, device in schedule:
             time.sleep(pause / 1_000)
+            who = identity(device)
             before = _wall_us()
-            decision = sentinel.evaluate(endpoint_id, tenant)
+            decision = sentinel.evaluate(endpoint_id, who)
             after = _wall_us()
             if decision.local:
-                with lock:
-                    recorded.local.append((before, after))
+                call = sentinel.engine.script_call(decision.policy, who)
+                local.append((before, after, call))
 
     try:
         threads = [threading.Thread(target=worker, args=(s,)) for s in schedules]
@@ -87,4 +86,4 @@ def run_schedule(
             thread.join()
     finally:
         store.run = plain_run  # type: ignore[method-assign]
-    return recorded.admitted_at, recorded.local, recorded.store_denials
+    return admitted, local
