@@ -2,7 +2,7 @@
 
 Every app has three routes:
 
-* ``/limited``: the handler behind the limiter, ``10/second`` for one identity (the
+* ``/limited``: the handler behind the limiter, ``10/minute`` for one identity (the
   flood's target);
 * ``/bare``: the same handler, no limiter (the stack's own cost);
 * ``/evalsha``: the same handler awaiting one bare ``EVALSHA`` of ``return 1`` (the
@@ -24,7 +24,8 @@ from typing import Any
 import jwt
 
 SECRET = "flood-benchmark-secret-of-32-bytes!"
-RATE = "10/second"
+RATE = "10/minute"
+DJANGO_RATE = "10/m"  # django-ratelimit's spelling
 ONE = "return 1"
 
 

@@ -9,7 +9,7 @@ import redis
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
-from benchmarks._flood_apps import ONE, RATE
+from benchmarks._flood_apps import DJANGO_RATE, ONE
 
 _client = redis.Redis.from_url(os.environ["FLOOD_REDIS"])
 _sha = _client.script_load(ONE)
@@ -32,7 +32,7 @@ else:
     from django_ratelimit.decorators import ratelimit
 
     # block=True: a denial raises Ratelimited, which Django answers 403 by default
-    limited = ratelimit(key="ip", rate=RATE.replace("second", "s"), block=True)(bare)
+    limited = ratelimit(key="ip", rate=DJANGO_RATE, block=True)(bare)
 
 urlpatterns = [
     path("limited", limited),
