@@ -376,7 +376,8 @@ def test_a_network_denied_by_the_store_is_answered_locally_for_every_device_behi
     network = "198.51.100.8"
     try:
         first = [
-            sentinel.evaluate("anon.login", AnonymousIdentity("d1", network)) for _ in range(3)
+            sentinel.evaluate("anon.login", AnonymousIdentity("d1", network, b"k" * 32))
+            for _ in range(3)
         ]
         assert [(d.allowed, d.local) for d in first] == [
             (True, False),
@@ -385,10 +386,12 @@ def test_a_network_denied_by_the_store_is_answered_locally_for_every_device_behi
         ]
         calls = script_calls(admin)
         # a fresh device (a bot dropping its cookie) behind the same address
-        fresh = sentinel.evaluate("anon.login", AnonymousIdentity("d2", network))
+        fresh = sentinel.evaluate("anon.login", AnonymousIdentity("d2", network, b"k" * 32))
         assert (fresh.allowed, fresh.local) == (False, True)
         assert script_calls(admin) == calls
         # another network is not concerned
-        assert sentinel.evaluate("anon.login", AnonymousIdentity("d2", "198.51.100.9")).allowed
+        assert sentinel.evaluate(
+            "anon.login", AnonymousIdentity("d2", "198.51.100.9", b"k" * 32)
+        ).allowed
     finally:
         sentinel.close()
