@@ -19,6 +19,7 @@ from typing import Any
 from sentinel_core._models import Algorithm, Decision, Policy
 from sentinel_core._plugins import Hooks, make_plugin_manager
 from sentinel_core.config._schema import SentinelConfig, load_config
+from sentinel_core.decision._calendar import Calendars
 from sentinel_core.decision._engine import DecisionEngine
 from sentinel_core.decision._leases import Lease, store_lease
 from sentinel_core.decision._local_denials import LocalDenials
@@ -85,10 +86,11 @@ class Sentinel:
             LocalDenials(self.config.local_denials_ms, clock_ns=clock_ns),
         )
         self.http = HttpLayer(self.config, self.hooks, on_exempt=metrics.exempted)
+        unix_us = _unix_microseconds(clock)
+        if clock is not time.monotonic:  # quota periods follow the injected clock too
+            self.engine.calendars = Calendars(unix_us)
         self._memory = (
-            MemoryStore(_unix_microseconds(clock))
-            if self.config.redis_url.startswith(MEMORY_URL)
-            else None
+            MemoryStore(unix_us) if self.config.redis_url.startswith(MEMORY_URL) else None
         )
         self._sync_store: SyncStore | None = self._memory
         self._async_store: AsyncStore | None = self._memory

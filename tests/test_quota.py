@@ -467,3 +467,20 @@ def test_the_quota_script_matches_its_reference(
     elif stored != "none":
         client.set("k", f"{count}:{table[int(stored)]}")
     run_on_redis(store, client, "k", (limit, cost, *table))
+
+
+def test_a_sentinel_on_an_injected_clock_moves_its_quota_periods_with_it() -> None:
+    now = [1_000.0]
+    sentinel = Sentinel(
+        policy_config(rate="1/day"),
+        registry=CollectorRegistry(),
+        entry_points=False,
+        clock=lambda: now[0],
+    )
+    first = sentinel.evaluate("plan.calls", "acme")
+    assert first.allowed
+    assert not sentinel.evaluate("plan.calls", "acme").allowed
+    now[0] += first.reset_seconds + 1  # past the next midnight, by the injected clock
+    assert sentinel.evaluate("plan.calls", "acme").allowed
+    now[0] += 40 * 86_400  # a month and more later: the table follows the clock
+    assert sentinel.evaluate("plan.calls", "acme").reason is DecisionReason.ALLOWED
