@@ -34,6 +34,11 @@ SCHEMES: dict[str, tuple[StoreKind, str]] = {
     "redis+cluster": (StoreKind.CLUSTER, "redis+cluster"),
     "redis+sentinel": (StoreKind.SENTINEL, "redis+sentinel"),
     "memory": (StoreKind.MEMORY, "memory"),
+    # Valkey (the Linux Foundation's fork of Redis 7.2) speaks the same protocol.
+    "valkey": (StoreKind.REDIS, "redis"),
+    "valkeys": (StoreKind.REDIS, "rediss"),
+    "valkey+cluster": (StoreKind.CLUSTER, "redis+cluster"),
+    "valkey+sentinel": (StoreKind.SENTINEL, "redis+sentinel"),
 }
 """scheme -> (the store it names, the scheme redis-py and the stores are given)."""
 

@@ -16,6 +16,7 @@ from tests.support.exemptions import (
     PROXY,
     UNTRUSTED,
     store_untouched,
+    valkey,
 )
 from tests.support.jwks_server import NEW_KEY, OLD_KEY, JwksServer, rotation_jwt, signed
 
@@ -121,3 +122,12 @@ def test_a_jwks_key_rotation_is_picked_up_without_a_restart(
         jwks.fail(503)  # the provider goes down: a key it never published is a 401
         stranger = http.post(ingest, Authorization=signed(NEW_KEY, "x"))
     assert (before.status_code, after.status_code, stranger.status_code) == (200, 200, 401)
+
+
+def test_a_valkey_url_names_the_same_store(
+    http: Http, configure: Configure, redis_url: str
+) -> None:
+    configure(redis_url=valkey(redis_url))
+    ingest = f"{http.prefix}/ingest"
+    statuses = [http.post(ingest, Authorization=bearer("acme")).status_code for _ in range(4)]
+    assert statuses == [200, 200, 200, 429]

@@ -16,6 +16,7 @@ from tests.support.exemptions import (
     UNTRUSTED,
     exemptions_config,
     store_untouched,
+    valkey,
 )
 from tests.support.jwks_server import NEW_KEY, OLD_KEY, JwksServer, rotation_jwt, signed
 
@@ -145,3 +146,13 @@ async def test_a_jwks_key_rotation_is_picked_up_without_a_restart(
                 "/v1/ingest", headers={"Authorization": signed(NEW_KEY, "x")}
             )
     assert (before.status_code, after.status_code, stranger.status_code) == (200, 200, 401)
+
+
+async def test_a_valkey_url_names_the_same_store(make_app: MakeApp, redis_url: str) -> None:
+    app = make_app(exemptions_config(valkey(redis_url)))
+    async with serve(app) as http:
+        statuses = [
+            (await http.post("/v1/ingest", headers={"Authorization": bearer("acme")})).status_code
+            for _ in range(4)
+        ]
+    assert statuses == [200, 200, 200, 429]

@@ -15,6 +15,7 @@ from tests.support.exemptions import (
     UNTRUSTED,
     exemptions_config,
     store_untouched,
+    valkey,
 )
 from tests.support.jwks_server import NEW_KEY, OLD_KEY, JwksServer, rotation_jwt, signed
 
@@ -124,3 +125,9 @@ def test_a_jwks_key_rotation_is_picked_up_without_a_restart(
         jwks.fail(503)  # the provider goes down: a key it never published is a 401
         stranger = post(app, "/v1/ingest", Authorization=signed(NEW_KEY, "x"))
     assert (before.status_code, after.status_code, stranger.status_code) == (200, 200, 401)
+
+
+def test_a_valkey_url_names_the_same_store(make_app: MakeApp, redis_url: str) -> None:
+    app = make_app(exemptions_config(valkey(redis_url)))
+    statuses = [post(app, "/v1/ingest", Authorization=bearer("acme")).status_code for _ in range(4)]
+    assert statuses == [200, 200, 200, 429]

@@ -34,6 +34,11 @@ _BACKGROUND = frozenset({"cmdstat_info", "cmdstat_replconf", "cmdstat_ping"})
 nodes send each other (replicas' ``REPLCONF ACK`` every second, ``PING``)."""
 
 
+def valkey(redis_url: str) -> str:
+    """``redis_url`` with its scheme spelled the Valkey way (``valkey+cluster://``...)."""
+    return "valkey" + redis_url.removeprefix("redis")
+
+
 @contextmanager
 def store_untouched(redis_url: str) -> Iterator[None]:
     """Assert that the store behind ``redis_url`` (every primary of a cluster) runs no
