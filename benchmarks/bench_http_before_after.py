@@ -50,7 +50,7 @@ def _token() -> str:
 def sentinel_config(redis_url: str) -> dict[str, Any]:
     return {
         "redis_url": redis_url,
-        "socket_timeout_ms": 250,  # generous on a loaded machine: no fail-closed noise
+        "socket_timeout_ms": 2_000,  # generous on a loaded machine: no fail-closed noise
         "jwt": {"algorithms": ["HS256"], "key": JWT_KEY},
         "policies": {
             "bench.work": {
@@ -234,7 +234,8 @@ def drive(args: argparse.Namespace) -> None:
     from tests.support.redis_server import RedisServer
 
     server = RedisServer().start()
-    versions = {"before": Path(args.before).resolve(), "after": ROOT}
+    after = Path(args.after).resolve() if args.after else ROOT
+    versions = {"before": Path(args.before).resolve(), "after": after}
     rows = []
     try:
         for framework in args.frameworks:
@@ -292,6 +293,7 @@ def _table(rows: list[tuple[str, str, float, float, float, float]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", help="source tree of the version to compare against")
+    parser.add_argument("--after", help="source tree of the new version (default: this one)")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--requests", type=int, default=300, help="per variant and round")
     parser.add_argument("--frameworks", nargs="+", default=["flask", "fastapi", "django"])
