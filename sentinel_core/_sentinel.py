@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from sentinel_core._models import Algorithm, Decision, Policy
@@ -25,7 +25,9 @@ from sentinel_core.decision._leases import Lease, store_lease
 from sentinel_core.decision._local_denials import LocalDenials
 from sentinel_core.decision._usage import Usage, usage_call, usage_of
 from sentinel_core.errors import StoreError
+from sentinel_core.http._lifecycle import Admission, admission, adrive, drive, make_runner
 from sentinel_core.http._outcome import HttpLayer, Outcome, Prepared, RequestView
+from sentinel_core.http._routes import RouteTable
 from sentinel_core.identity._keys import Identity, tenant_identity
 from sentinel_core.observability._logging import DecisionLogPlugin
 from sentinel_core.observability._metrics import MetricsPlugin
@@ -86,6 +88,8 @@ class Sentinel:
             LocalDenials(self.config.local_denials_ms, clock_ns=clock_ns),
         )
         self.http = HttpLayer(self.config, self.hooks, on_exempt=metrics.exempted)
+        self.route_table = RouteTable(self.config.routes)
+        self._runner = make_runner(self.evaluate, self.aevaluate, self.release, self.arelease)
         unix_us = _unix_microseconds(clock)
         if clock is not time.monotonic:  # quota periods follow the injected clock too
             self.engine.calendars = Calendars(unix_us)
@@ -299,6 +303,20 @@ class Sentinel:
             return prepared
         decision = await self.aevaluate(endpoint_id, prepared.identity, request)
         return self.http.outcome(decision, prepared.cookie)
+
+    def admit(self, request: RequestView, endpoint_ids: Sequence[str]) -> Admission:
+        """Admit an HTTP request that pays for ``endpoint_ids`` (see `RouteTable.charged`):
+        the `Admission` says whether the handler may run; call its ``complete`` with
+        the final status once the response is over."""
+        conversation = admission(self.http, self.engine.policy, request, endpoint_ids)
+        charges, denial = drive(conversation, self._runner.sync)
+        return Admission(request, charges, denial, self._runner)
+
+    async def aadmit(self, request: RequestView, endpoint_ids: Sequence[str]) -> Admission:
+        """`admit` for asyncio servers; complete it with ``acomplete``."""
+        conversation = admission(self.http, self.engine.policy, request, endpoint_ids)
+        charges, denial = await adrive(conversation, self._runner.async_)
+        return Admission(request, charges, denial, self._runner)
 
     def close(self) -> None:
         if self._sync_store is not None:

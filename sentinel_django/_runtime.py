@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sentinel_core import MEMORY_URL, AsyncStore, Sentinel, StartupError, open_async_store
@@ -33,19 +34,28 @@ class DjangoSentinel(Sentinel):
         return _loops.store_for(url, timeout, lambda: open_async_store(url, timeout))
 
 
-class Runtime:
-    """A built Sentinel and whether its start-up check has run."""
+RECHECK_SECONDS = 5.0
+"""How long an unfit Redis's start-up error is answered before the check runs again."""
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
+
+class Runtime:
+    """A built Sentinel and whether its start-up check has passed."""
+
+    def __init__(
+        self, config: Mapping[str, Any], *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.sentinel = DjangoSentinel(config)
+        self.clock = clock
         self._lock = threading.Lock()
         self._started = False
         self._error: StartupError | None = None
+        self._failed_at = 0.0
 
     def ensure_started(self) -> None:
-        """Run the start-up check once (SPEC §5): an unreachable Redis is logged and the
-        check deferred to the first contact; an unfit one fails every guarded request
-        with the check's message, as a failed start-up would.
+        """Run the start-up check until it passes (SPEC §5): an unreachable Redis is
+        logged and the check deferred to the first contact; an unfit one fails guarded
+        requests with the check's message, as a failed start-up would, and is checked
+        again every `RECHECK_SECONDS`, so fixing Redis needs no restart.
 
         Raises:
             StartupError: Redis is reachable but unfit for Sentinel.
@@ -53,15 +63,15 @@ class Runtime:
         if self._started:
             return
         with self._lock:
-            if self._error is not None:
+            if self._error is not None and self.clock() - self._failed_at < RECHECK_SECONDS:
                 raise self._error
             if not self._started:  # another thread may have run it while this one waited
                 try:
                     self.sentinel.startup()
                 except StartupError as error:
-                    self._error = error
+                    self._error, self._failed_at = error, self.clock()
                     raise
-                self._started = True
+                self._started, self._error = True, None
 
     async def aensure_started(self) -> None:
         """`ensure_started` for async views: the once-only check runs on a worker thread,

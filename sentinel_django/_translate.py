@@ -7,19 +7,13 @@ middleware alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase  # type: ignore[import-untyped]
 from django.http.request import HttpHeaders  # type: ignore[import-untyped]
 
-from sentinel_core import Outcome, RequestView
-
-_DENIAL_MARK = "_sentinel_denial"
-"""Set on the responses Sentinel itself answers, so no other guard decorates them."""
-
-_MERGED_HEADERS = frozenset({"ratelimit-policy", "ratelimit"})
-"""Structured-field lists: a second guard's entries are appended, not overwritten."""
+from sentinel_core.adapter import Admission, Outcome, RequestView, response_fields
 
 
 class MetaHeaders(Mapping[str, str]):
@@ -88,29 +82,15 @@ def denial(outcome: Outcome) -> HttpResponse:
     for name, value in outcome.headers:
         if name.lower() != "content-type":
             response[name] = value
-    setattr(response, _DENIAL_MARK, True)
     return response
 
 
-def is_denial(response: HttpResponseBase) -> bool:
-    return bool(getattr(response, _DENIAL_MARK, False))
-
-
-def allow(outcome: Outcome, response: HttpResponseBase) -> None:
-    """Add an allowed outcome's RateLimit headers and device cookie to the view's response.
-
-    A denial answered by another guard (the middleware and a decorator on one view) keeps
-    its own headers, and never receives a cookie (SPEC §4: cookies only on allowed
-    responses).
-    """
-    if is_denial(response):
-        return
-    for name, value in outcome.headers:
-        existing = response.get(name)
-        if existing and name.lower() in _MERGED_HEADERS:
-            value = f"{existing}, {value}"
+def decorate(response: HttpResponseBase, admissions: Sequence[Admission]) -> None:
+    """Add the request's admissions' RateLimit fields and device cookie to the view's
+    response."""
+    headers, cookie = response_fields(admissions, response.status_code)
+    for name, value in headers:
         response[name] = value
-    cookie = outcome.cookie
     if cookie is not None:
         response.set_cookie(
             cookie.name,

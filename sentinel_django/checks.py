@@ -7,6 +7,10 @@
                    ``routes`` that no policy declares
 ``sentinel.E003``  deploy: Redis is reachable but unfit (eviction policy, maxmemory,
                    version, script load); the start-up check's message
+``sentinel.E004``  a ``routes`` entry that matches no URL pattern (a typo would leave the
+                   endpoint unguarded)
+``sentinel.E005``  two ``routes`` entries that name one route once normalised
+                   (``"POST /r/<id>"`` and ``"POST r/<id>"``)
 ``sentinel.W001``  ``memory://`` with ``DEBUG = False``: buckets are per process
 ``sentinel.W002``  ``routes`` is set but ``SentinelMiddleware`` is not in ``MIDDLEWARE``
 ``sentinel.W003``  deploy: Redis is unreachable (the app would start and defer the check)
@@ -33,6 +37,7 @@ from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-u
 from django.urls import URLPattern, URLResolver, get_resolver  # type: ignore[import-untyped]
 
 from sentinel_core import MEMORY_URL, ConfigError, StartupError, UnknownEndpointError, load_config
+from sentinel_core.adapter import duplicate_route_keys
 from sentinel_core.errors import StoreError
 
 from . import conf
@@ -46,6 +51,7 @@ def register_checks() -> None:
     """Register the checks (from ``AppConfig.ready``): the Redis one for deploy only."""
     register(check_settings, TAG)
     register(check_decorated_views, TAG, Tags.urls)
+    register(check_routes_match, TAG, Tags.urls)
     register(check_redis, TAG, deploy=True)
 
 
@@ -56,11 +62,12 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     except ConfigError as error:
         return [_config_error(error)]
     unknown = dict(_unknown_route_ids(raw))
+    unknown.update(_duplicate_routes(raw))
     messages: list[CheckMessage] = list(unknown.values())
     try:
         config = load_config(raw)
     except ConfigError as error:
-        if error.path not in unknown:  # the loader stops at the first unknown id: an E002
+        if error.path not in unknown:  # the loader stops at the first: an E002 or E005
             messages.append(_config_error(error))
         return messages
     if config.redis_url.startswith(MEMORY_URL) and not settings.DEBUG:
@@ -106,6 +113,26 @@ def check_decorated_views(
         except ConfigError as error:
             messages.append(_config_error(error, obj=pattern))
     return messages
+
+
+def check_routes_match(
+    app_configs: Sequence[Any] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """E004 for each ``routes`` entry that matches no URL pattern of the project."""
+    try:
+        sentinel = conf.runtime().sentinel
+    except ImproperlyConfigured:  # an invalid configuration is check_settings' E001
+        return []
+    answered = [(route, None) for route, _ in _patterns(get_resolver().url_patterns, "")]
+    return [
+        Error(
+            f"settings.SENTINEL: routes[{key!r}] matches no URL pattern, so nothing is "
+            "rate limited by it.",
+            hint="Spell the route as in urls.py, converters included (e.g. 'POST items/<int:pk>').",
+            id="sentinel.E004",
+        )
+        for key in sentinel.route_table.unmatched(answered)
+    ]
 
 
 def check_redis(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
@@ -157,14 +184,39 @@ def _unknown_route_ids(raw: Mapping[str, Any]) -> Iterator[tuple[str, Error]]:
             yield f"routes.{route}", _unknown_id(endpoint_id, f"routes[{route!r}]")
 
 
+def _duplicate_routes(raw: Mapping[str, Any]) -> Iterator[tuple[str, Error]]:
+    """(key path, E005) for each ``routes`` key naming the same route as an earlier one."""
+    routes = raw.get("routes")
+    if not isinstance(routes, Mapping):
+        return
+    for key, earlier in duplicate_route_keys(routes):
+        yield (
+            f"routes.{key}",
+            Error(
+                f"settings.SENTINEL: routes[{key!r}] names the same route as "
+                f"routes[{earlier!r}]; only one of them could apply.",
+                hint="Keep one entry per method and route.",
+                id="sentinel.E005",
+            ),
+        )
+
+
+def _patterns(
+    patterns: Sequence[URLPattern | URLResolver], prefix: str
+) -> Iterator[tuple[str, Any]]:
+    """(route, view callback) for every URL pattern, routes spelled as ``match.route``."""
+    for pattern in patterns:
+        route = prefix + str(pattern.pattern)
+        if isinstance(pattern, URLResolver):
+            yield from _patterns(pattern.url_patterns, route)
+        else:
+            yield route, pattern.callback
+
+
 def _decorated_endpoints(
     patterns: Sequence[URLPattern | URLResolver], prefix: str
 ) -> Iterator[tuple[str, str]]:
     """(route, endpoint id) for every endpoint id recorded on a routed view."""
-    for pattern in patterns:
-        route = prefix + str(pattern.pattern)
-        if isinstance(pattern, URLResolver):
-            yield from _decorated_endpoints(pattern.url_patterns, route)
-            continue
-        for endpoint_id in view_endpoints(pattern.callback):
+    for route, callback in _patterns(patterns, prefix):
+        for endpoint_id in view_endpoints(callback):
             yield route, endpoint_id

@@ -5,7 +5,8 @@ can decorate views before settings are configured. Sync views are guarded with t
 blocking Redis store and async views with the asyncio store: no ``async_to_sync``
 round trip on the hot path. The endpoint ids are recorded on the decorated view
 (``sentinel_endpoints``) so that the system checks can find them by walking the URL
-resolver, and the middleware can tell a view that guards itself.
+resolver, and the middleware admits a request on them together with its ``routes``
+entry; a decorator only admits what the request has not been admitted on yet.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction
-from django.http import HttpResponseBase  # type: ignore[import-untyped]
 
-from . import conf
-from ._translate import allow, denial, find_request, request_view
+from ._lifecycle import aserve, serve, unpaid
+from ._translate import find_request
 
 ENDPOINTS_ATTR = "sentinel_endpoints"
 """The tuple of endpoint ids guarding a view, set on its wrapper (and on a class)."""
@@ -66,6 +66,24 @@ def view_endpoints(callback: Callable[..., Any]) -> tuple[str, ...]:
         names = {"dispatch", *getattr(cls, "http_method_names", ()), *actions.values()}
         for name in sorted(names):
             ids += endpoints_of(getattr(cls, name, None))
+    return tuple(dict.fromkeys(ids))
+
+
+def method_endpoints(callback: Callable[..., Any], method: str) -> tuple[str, ...]:
+    """The endpoint ids guarding a ``method`` request to a routed view: the callback's,
+    and for a class-based view its class's, its ``dispatch``'s and the handler that
+    answers ``method`` (HEAD falling back to ``get`` as Django's `View` does; a DRF
+    viewset's action for the method)."""
+    ids = list(endpoints_of(callback))
+    cls = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
+    if isinstance(cls, type):
+        actions = getattr(callback, "actions", None) or {}
+        name = actions.get(method.lower(), method.lower())
+        handler = getattr(cls, name, None)
+        if handler is None and method == "HEAD":
+            handler = getattr(cls, actions.get("get", "get"), None)
+        ids += endpoints_of(cls) + endpoints_of(getattr(cls, "dispatch", None))
+        ids += endpoints_of(handler)
     return tuple(dict.fromkeys(ids))
 
 
@@ -129,15 +147,7 @@ def _call(
     view: Callable[..., Any], endpoint_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     request = find_request(args)
-    runtime = conf.runtime()
-    runtime.ensure_started()
-    outcome = runtime.sentinel.guard(endpoint_id, request_view(request))
-    if not outcome.allowed:
-        return denial(outcome)
-    response = view(*args, **kwargs)
-    if isinstance(response, HttpResponseBase):
-        allow(outcome, response)
-    return response
+    return serve(request, unpaid(request, (endpoint_id,)), lambda: view(*args, **kwargs))
 
 
 async def _acall(
@@ -147,12 +157,4 @@ async def _acall(
     kwargs: dict[str, Any],
 ) -> Any:
     request = find_request(args)
-    runtime = conf.runtime()
-    await runtime.aensure_started()
-    outcome = await runtime.sentinel.aguard(endpoint_id, request_view(request))
-    if not outcome.allowed:
-        return denial(outcome)
-    response = await view(*args, **kwargs)
-    if isinstance(response, HttpResponseBase):
-        allow(outcome, response)
-    return response
+    return await aserve(request, unpaid(request, (endpoint_id,)), lambda: view(*args, **kwargs))

@@ -1,10 +1,11 @@
-"""``SentinelMiddleware``: guards the views that ``SENTINEL["routes"]`` names.
+"""``SentinelMiddleware``: admits every request on the endpoint ids it pays for.
 
 Routes are matched on the resolved route template (``request.resolver_match.route``,
 spelled as in ``urls.py``: ``"POST v1/items/<int:pk>"``), never on the raw URL, so
-``/v1/items/1`` and ``/v1/items/01`` are one route. The guard runs in
-``process_view``, the first hook where the match exists; an allowed outcome is kept
-on the request and its headers and cookie added to the response on the way out.
+``/v1/items/1`` and ``/v1/items/01`` are one route. Admission runs in
+``process_view``, the first hook where the match exists, on the ids of the ``routes``
+entry and of the view's ``@rate_limited`` decorators together (the core's rule: one
+id is charged once); the admission is completed on the way out.
 
 The middleware is sync and async capable. In async mode ``process_view`` is a
 coroutine function, so Django awaits it on the event loop with the asyncio store
@@ -19,23 +20,17 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase  # type: ignore[import-untyped]
 
-from sentinel_core import Outcome
-
-from . import conf
-from ._translate import allow, denial, request_view
-from .decorators import view_endpoints
-
-_OUTCOME_ATTR = "_sentinel_middleware_outcome"
+from ._lifecycle import aadmit, admit, afinish, enter_middleware, finish, route_ids
+from .decorators import method_endpoints
 
 GetResponse = Callable[[HttpRequest], Any]
 
 
 class SentinelMiddleware:
-    """Rate limit the routes of ``settings.SENTINEL["routes"]``.
+    """Rate limit the routes of ``settings.SENTINEL["routes"]`` and the decorated views.
 
-    A view whose ``@rate_limited`` decorator already names the route's endpoint id is
-    left to the decorator (one request, one token). ``HEAD`` falls back to the ``GET``
-    entry of a route, because Django answers ``HEAD`` with the ``GET`` view.
+    ``HEAD`` falls back to the ``GET`` entry of a route, because Django answers ``HEAD``
+    with the ``GET`` view.
     """
 
     sync_capable = True
@@ -54,14 +49,16 @@ class SentinelMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
             return self.__acall__(request)
+        enter_middleware(request)
         response = self.get_response(request)
-        _finish(request, response)
+        finish(request, response)
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         get_response: Callable[[HttpRequest], Awaitable[HttpResponseBase]] = self.get_response
+        enter_middleware(request)
         response = await get_response(request)
-        _finish(request, response)
+        await afinish(request, response)
         return response
 
     def _process_view(
@@ -71,12 +68,8 @@ class SentinelMiddleware:
         view_args: tuple[Any, ...],
         view_kwargs: dict[str, Any],
     ) -> HttpResponseBase | None:
-        endpoint_id = _endpoint_for(request, view_func)
-        if endpoint_id is None:
-            return None
-        runtime = conf.runtime()
-        runtime.ensure_started()
-        return _settle(request, runtime.sentinel.guard(endpoint_id, request_view(request)))
+        endpoint_ids = _charged(request, view_func)
+        return admit(request, endpoint_ids) if endpoint_ids else None
 
     async def _aprocess_view(
         self,
@@ -85,40 +78,11 @@ class SentinelMiddleware:
         view_args: tuple[Any, ...],
         view_kwargs: dict[str, Any],
     ) -> HttpResponseBase | None:
-        endpoint_id = _endpoint_for(request, view_func)
-        if endpoint_id is None:
-            return None
-        runtime = conf.runtime()
-        await runtime.aensure_started()
-        outcome = await runtime.sentinel.aguard(endpoint_id, request_view(request))
-        return _settle(request, outcome)
+        endpoint_ids = _charged(request, view_func)
+        return await aadmit(request, endpoint_ids) if endpoint_ids else None
 
 
-def _endpoint_for(request: HttpRequest, view_func: Callable[..., Any]) -> str | None:
-    match = request.resolver_match
-    if match is None:
-        return None
-    routes = conf.runtime().sentinel.config.routes
-    if not routes:
-        return None
-    template = "/" + match.route.lstrip("/")
-    method = request.method or "GET"
-    endpoint_id = routes.get(f"{method} {template}")
-    if endpoint_id is None and method == "HEAD":
-        endpoint_id = routes.get(f"GET {template}")
-    if endpoint_id is None or endpoint_id in view_endpoints(view_func):
-        return None
-    return endpoint_id
-
-
-def _settle(request: HttpRequest, outcome: Outcome) -> HttpResponseBase | None:
-    if not outcome.allowed:
-        return denial(outcome)
-    setattr(request, _OUTCOME_ATTR, outcome)
-    return None
-
-
-def _finish(request: HttpRequest, response: HttpResponseBase) -> None:
-    outcome: Outcome | None = getattr(request, _OUTCOME_ATTR, None)
-    if outcome is not None:
-        allow(outcome, response)
+def _charged(request: HttpRequest, view_func: Callable[..., Any]) -> tuple[str, ...]:
+    if request.resolver_match is None:
+        return ()
+    return route_ids(request, method_endpoints(view_func, request.method or "GET"))

@@ -1,12 +1,16 @@
-"""`@rate_limited`: guard one path operation, keeping everything FastAPI reads from it.
+"""`@rate_limited` and `rate_limit`: name the endpoint id of a path operation.
+
+Neither decides anything: the middleware that `Sentinel.init_app` installs finds their
+ids on the resolved route (the handler's, and every dependency's in its tree) and
+admits the request once for all of them (SPEC §5). The wrapper only makes sure that
+happened, so a route served without Sentinel fails instead of running unguarded.
 
 FastAPI builds a route's parameters, dependencies, response model and docs from the
 handler's signature. The decorator returns an ``async`` wrapper whose ``__signature__``
-is the handler's own plus two hidden keyword-only parameters, a `Request` (to decide)
-and a `Response` (to carry the RateLimit headers onto a response FastAPI serializes
-itself). FastAPI injects both without documenting them; ``functools.wraps`` keeps the
-name, docstring and ``__wrapped__``, through which FastAPI resolves the handler's
-string annotations in the handler's own module.
+is the handler's own plus a hidden keyword-only `Request` parameter, which FastAPI
+injects without documenting; ``functools.wraps`` keeps the name, docstring and
+``__wrapped__``, through which FastAPI resolves the handler's string annotations in
+the handler's own module.
 """
 
 from __future__ import annotations
@@ -18,17 +22,13 @@ from typing import Any, TypeVar, cast
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import Response
 
-from sentinel_core import Sentinel
-
-from ._routes import ENDPOINT_ATTRIBUTE, route_index
-from ._translate import add_to_response, denial_response, request_view
+from ._routes import ENDPOINT_ATTRIBUTE
+from ._translate import ADMITTED
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _REQUEST = "sentinel_request__"
-_RESPONSE = "sentinel_response__"
 STATE_ATTRIBUTE = "sentinel"
 """The ``app.state`` attribute where `Sentinel.init_app` puts the app's Sentinel."""
 
@@ -37,10 +37,10 @@ def rate_limited(endpoint_id: str) -> Callable[[F], F]:
     """Guard a path operation with the policy ``endpoint_id``.
 
     Apply it under ``@app.get(...)`` / ``@router.post(...)``, on a sync or async
-    handler; the handler needs no ``request`` parameter. The Sentinel is found at
-    request time through the request's app (``sentinel.init_app(app)``), so the
-    decorator can be used before the app is configured; ``init_app`` checks at
-    startup that ``endpoint_id`` names a policy.
+    handler; the handler needs no ``request`` parameter. The decorator only names
+    the id: the middleware of ``sentinel.init_app(app)`` admits the request, so it
+    can be used before the app is configured; startup checks that ``endpoint_id``
+    names a policy.
 
     Raises:
         TypeError: the handler is a generator (a streaming endpoint FastAPI drives
@@ -56,25 +56,16 @@ def rate_limited(endpoint_id: str) -> Callable[[F], F]:
         if getattr(handler, ENDPOINT_ATTRIBUTE, None) is not None:
             raise TypeError(f"{handler.__name__} is already rate limited: use one @rate_limited")
         signature = _evaluated_signature(handler)
-        if {_REQUEST, _RESPONSE} & signature.parameters.keys():
+        if _REQUEST in signature.parameters:
             raise TypeError(f"{handler.__name__} uses a parameter name reserved by Sentinel")
         is_async = inspect.iscoroutinefunction(handler)
 
         @functools.wraps(handler)
         async def guarded(*args: Any, **kwargs: Any) -> Any:
-            request: Request = kwargs.pop(_REQUEST)
-            sub_response: Response = kwargs.pop(_RESPONSE)
-            sentinel = _sentinel_of(request, endpoint_id)
-            route = route_index(request.app, sentinel.config.routes).template_of(request.scope)
-            outcome = await sentinel.aguard(endpoint_id, request_view(request, route))
-            if not outcome.allowed:
-                return denial_response(outcome)
+            require_admitted(kwargs.pop(_REQUEST), endpoint_id)
             if is_async:
-                result = await handler(*args, **kwargs)
-            else:
-                result = await run_in_threadpool(handler, *args, **kwargs)
-            add_to_response(result if isinstance(result, Response) else sub_response, outcome)
-            return result
+                return await handler(*args, **kwargs)
+            return await run_in_threadpool(handler, *args, **kwargs)
 
         guarded.__signature__ = _with_hidden_parameters(signature)  # type: ignore[attr-defined]
         setattr(guarded, ENDPOINT_ATTRIBUTE, endpoint_id)
@@ -98,25 +89,34 @@ def _evaluated_signature(handler: Callable[..., Any]) -> inspect.Signature:
         return inspect.signature(handler)
 
 
+def rate_limit(endpoint_id: str) -> Callable[[Request], None]:
+    """A dependency guarding the path operations it is given to with ``endpoint_id``:
+    ``Depends(rate_limit("id"))`` on one operation, or in an ``APIRouter``'s (or the
+    app's) ``dependencies=[...]`` for all of them. Charged once with a decorator or a
+    ``routes`` entry naming the same id."""
+
+    def dependency(request: Request) -> None:
+        require_admitted(request, endpoint_id)
+
+    setattr(dependency, ENDPOINT_ATTRIBUTE, endpoint_id)
+    return dependency
+
+
+def require_admitted(request: Request, endpoint_id: str) -> None:
+    """Raise unless the middleware admitted this request on ``endpoint_id``: failing the
+    request beats serving it unguarded."""
+    if endpoint_id not in request.scope.get(ADMITTED, ()):
+        raise RuntimeError(
+            f"{endpoint_id!r}: this request did not pass Sentinel; call sentinel.init_app(app)"
+        )
+
+
 def _with_hidden_parameters(signature: inspect.Signature) -> inspect.Signature:
-    """The handler's signature plus the injected request and response, keyword-only and
-    placed before any ``**kwargs`` so the signature stays valid."""
+    """The handler's signature plus the injected request, keyword-only and placed
+    before any ``**kwargs`` so the signature stays valid."""
     parameters = list(signature.parameters.values())
     position = len(parameters)
     if parameters and parameters[-1].kind is inspect.Parameter.VAR_KEYWORD:
         position -= 1
-    hidden = [
-        inspect.Parameter(_REQUEST, inspect.Parameter.KEYWORD_ONLY, annotation=Request),
-        inspect.Parameter(_RESPONSE, inspect.Parameter.KEYWORD_ONLY, annotation=Response),
-    ]
+    hidden = [inspect.Parameter(_REQUEST, inspect.Parameter.KEYWORD_ONLY, annotation=Request)]
     return signature.replace(parameters=parameters[:position] + hidden + parameters[position:])
-
-
-def _sentinel_of(request: Request, endpoint_id: str) -> Sentinel:
-    sentinel = getattr(request.app.state, STATE_ATTRIBUTE, None)
-    if not isinstance(sentinel, Sentinel):
-        # Failing the request beats serving it unguarded.
-        raise RuntimeError(
-            f"@rate_limited({endpoint_id!r}): no Sentinel on this app; call sentinel.init_app(app)"
-        )
-    return sentinel

@@ -1,9 +1,9 @@
 """`Sentinel` for FastAPI: the core facade plus ``init_app``.
 
 ``init_app`` keeps nothing of the app on the Sentinel (one Sentinel may serve several
-apps): it puts the Sentinel on ``app.state``, installs the middleware when ``routes``
-is configured, wraps ``app.openapi``, and composes Sentinel's startup with the app's
-own lifespan instead of replacing it.
+apps): it puts the Sentinel on ``app.state``, installs the middleware through which
+every guarded request passes, wraps ``app.openapi``, and composes Sentinel's startup
+with the app's own lifespan instead of replacing it.
 """
 
 from __future__ import annotations
@@ -60,10 +60,9 @@ class Sentinel(sentinel_core.Sentinel):
         """
         if getattr(app.state, STATE_ATTRIBUTE, None) is not None:
             raise RuntimeError("this app already has a Sentinel")
-        if self.config.routes:
-            if app.middleware_stack is not None:
-                raise RuntimeError("init_app must be called before the app starts")
-            app.user_middleware.append(Middleware(SentinelMiddleware, sentinel=self))
+        if app.middleware_stack is not None:
+            raise RuntimeError("init_app must be called before the app starts")
+        app.user_middleware.append(Middleware(SentinelMiddleware, sentinel=self))
         setattr(app.state, STATE_ATTRIBUTE, self)
         app.router.lifespan_context = self._lifespan(app, app.router.lifespan_context)
         install_openapi(app, self)
@@ -89,19 +88,19 @@ class Sentinel(sentinel_core.Sentinel):
                 Redis unfit for Sentinel (the check's message).
         """
         reset_route_index(app)
-        self.validate_routes(route_index(app, self.config.routes))
+        self.validate_routes(route_index(app, self.route_table))
         await self.astartup()
 
     def validate_routes(self, index: RouteIndex) -> None:
-        """Raise `StartupError` for a route whose endpoint id cannot be guarded."""
+        """Raise `StartupError` for a route whose endpoint id cannot be guarded, or a
+        ``routes`` entry that names no route of the app."""
         for entry in index.entries:
-            uses = [("", entry.decorated)] if entry.decorated else []
-            uses += sorted(entry.guards.items())
-            for method, endpoint_id in uses:
-                methods = method or "|".join(sorted(entry.methods))
-                self._validate(f"route {methods} {entry.template}", endpoint_id)
-        if index.unmatched:
-            entries = ", ".join(f"{key!r} -> {value!r}" for key, value in index.unmatched.items())
+            for method in sorted(entry.methods):
+                for endpoint_id in index.charged(entry, method):
+                    self._validate(f"route {method} {entry.template}", endpoint_id)
+        unmatched = index.unmatched()
+        if unmatched:
+            entries = ", ".join(f"{key!r} -> {self.config.routes[key]!r}" for key in unmatched)
             raise StartupError(f"routes entries that match no route of the app: {entries}")
 
     def _validate(self, where: str, endpoint_id: str) -> None:

@@ -1,31 +1,34 @@
-"""The pure ASGI middleware that guards the routes named in the configuration's ``routes``.
+"""The pure ASGI middleware through which every guarded request passes.
 
 Pure ASGI rather than ``BaseHTTPMiddleware``: the response is never buffered, so
-streaming responses stream, and an allowed response only has its
-``http.response.start`` message touched (RateLimit headers, device cookie).
+streaming responses stream, and only the ``http.response.start`` message is touched
+(RateLimit fields, device cookie). The middleware resolves the route the router will
+pick, asks the core which endpoint ids it pays for (``@rate_limited``, ``rate_limit``
+dependencies and ``routes`` alike), admits it once, and completes the admission when
+the response body is done, when the app raises (500) or when the request is
+cancelled (the client went away).
 """
 
 from __future__ import annotations
 
+import anyio
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sentinel_core import Sentinel
+from sentinel_core.adapter import CANCELLED, SERVER_ERROR, Admission
 
 from ._routes import route_index
-from ._translate import denial_response, raw_headers, request_view
+from ._translate import ADMITTED, denial_response, raw_headers, request_view
 
 
 class SentinelMiddleware:
-    """Guard each request whose resolved route template and method appear in ``routes``.
+    """Admit each request on the endpoint ids its resolved route pays for.
 
     Matching is on the route the router will pick (its template, such as
-    ``/v1/items/{item_id}``), never on the raw URL, so every item shares the route's
-    policy and no spelling of the path gets around it. Non-HTTP scopes (lifespan,
-    websockets) pass through untouched.
-
-    `Sentinel.init_app` installs it innermost, right before routing, when ``routes``
-    is not empty; it holds no per-request state.
+    ``/v1/items/{item_id}``), never on the raw URL. Non-HTTP scopes (lifespan,
+    websockets) pass through untouched. `Sentinel.init_app` installs it innermost,
+    right before routing; it holds no per-request state.
     """
 
     def __init__(self, app: ASGIApp, *, sentinel: Sentinel) -> None:
@@ -36,25 +39,43 @@ class SentinelMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        index = route_index(scope["app"], self.sentinel.config.routes)
+        index = route_index(scope["app"], self.sentinel.route_table)
         entry = index.resolve(scope)
-        endpoint_id = None if entry is None else entry.guards.get(scope["method"])
-        if entry is None or endpoint_id is None:
+        endpoint_ids = () if entry is None else index.charged(entry, scope["method"])
+        if entry is None or not endpoint_ids:
             await self.app(scope, receive, send)
             return
-        request = Request(scope, receive)
-        outcome = await self.sentinel.aguard(endpoint_id, request_view(request, entry.template))
-        if not outcome.allowed:
-            await denial_response(outcome)(scope, receive, send)
+        view = request_view(Request(scope, receive), entry.template)
+        admission = await self.sentinel.aadmit(view, endpoint_ids)
+        if admission.denial is not None:
+            await denial_response(admission.denial)(scope, receive, send)
             return
-        extra = raw_headers(outcome)
-        if not extra:
-            await self.app(scope, receive, send)
-            return
+        scope[ADMITTED] = endpoint_ids
+        await _serve(self.app, admission, scope, receive, send)
 
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), *extra]}
-            await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+async def _serve(
+    app: ASGIApp, admission: Admission, scope: Scope, receive: Receive, send: Send
+) -> None:
+    status = SERVER_ERROR
+
+    async def send_decorated(message: Message) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            extra = raw_headers(admission.headers(status), admission.cookie(status))
+            message = {**message, "headers": [*message.get("headers", ()), *extra]}
+        await send(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            await admission.acomplete(status)
+
+    try:
+        await app(scope, receive, send_decorated)
+    except BaseException as exc:
+        cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+        # Shielded: a cancelled task's next await would be cancelled again.
+        with anyio.CancelScope(shield=True):
+            await admission.acomplete(CANCELLED if cancelled else SERVER_ERROR)
+        raise
+    # An app that returns without finishing its body (the client went away).
+    await admission.acomplete(CANCELLED)

@@ -50,7 +50,7 @@ def install_openapi(app: FastAPI, sentinel: Sentinel) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = generate()
-            document(schema, RouteIndex.build(app.routes, sentinel.config.routes), sentinel)
+            document(schema, RouteIndex.build(app.routes, sentinel.route_table), sentinel)
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -63,11 +63,10 @@ def document(schema: dict[str, Any], index: RouteIndex, sentinel: Sentinel) -> N
     documented = False
     for entry in index.entries:
         for method in entry.methods:
-            endpoint_ids = (entry.decorated, entry.guards.get(method))
             policies = [
                 sentinel.config.policies[endpoint_id]
-                for endpoint_id in endpoint_ids
-                if endpoint_id is not None and endpoint_id in sentinel.config.policies
+                for endpoint_id in index.charged(entry, method)
+                if endpoint_id in sentinel.config.policies
             ]
             operation = paths.get(entry.template, {}).get(method.lower())
             if policies and isinstance(operation, dict):

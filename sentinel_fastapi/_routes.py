@@ -11,7 +11,7 @@ router does: the first route whose ``matches(scope)`` is a full match.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +20,10 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Match
 from starlette.types import Scope
 
+from sentinel_core.adapter import RouteTable
+
 ENDPOINT_ATTRIBUTE = "__sentinel_endpoint_id__"
-"""Where `rate_limited` records its endpoint id on the function it returns."""
+"""Where `rate_limited` and `rate_limit` record their endpoint id on their function."""
 
 _STATE_KEY = "sentinel_route_index"
 
@@ -30,53 +32,50 @@ _STATE_KEY = "sentinel_route_index"
 class RouteEntry:
     """One route of the app, as the router resolves it.
 
-    ``template`` is the full path template as FastAPI spells it in OpenAPI (``/v1/items/{id}``);
-    ``guards`` maps a request method to the endpoint id that ``routes`` assigns to it.
+    ``template`` is the full path template as FastAPI spells it in OpenAPI
+    (``/v1/items/{id}``) and ``path`` the same with its converters (``{id:int}``);
+    ``decorated`` the endpoint ids of its ``@rate_limited`` handler and its
+    ``rate_limit`` dependencies (the router's included).
     """
 
     template: str
+    path: str
     methods: frozenset[str]
-    decorated: str | None
-    guards: Mapping[str, str]
+    decorated: tuple[str, ...]
     route: BaseRoute
     matches: Callable[[Scope], tuple[Match, Scope]]
 
 
 class RouteIndex:
-    """The routes of one app, in the router's order, for the middleware and the decorator."""
+    """The routes of one app, in the router's order, for the middleware and startup."""
 
-    def __init__(self, entries: Sequence[RouteEntry], unmatched: Mapping[str, str]) -> None:
+    def __init__(self, entries: Sequence[RouteEntry], table: RouteTable, size: int) -> None:
         self.entries = tuple(entries)
-        self.unmatched = unmatched
-        """``routes`` entries ("METHOD /template" -> endpoint id) that name no route."""
-        self._by_route: dict[int, list[RouteEntry]] = {}
-        for entry in self.entries:
-            self._by_route.setdefault(id(entry.route), []).append(entry)
+        self.table = table
+        self.size = size
+        """How many routes the app had when this index was built."""
 
     @classmethod
-    def build(cls, routes: Sequence[BaseRoute], config_routes: Mapping[str, str]) -> RouteIndex:
+    def build(cls, routes: Sequence[BaseRoute], table: RouteTable) -> RouteIndex:
         entries: list[RouteEntry] = []
-        used: set[str] = set()
         for context in _contexts(routes):
             path = getattr(context, "path", None)
             path_format = getattr(context, "path_format", None) or path
             if not isinstance(path, str) or not isinstance(path_format, str):
                 continue
-            methods = frozenset(getattr(context, "methods", None) or ())
-            guards = _guards(config_routes, methods, {path, path_format}, used)
-            original = getattr(context, "original_route", context)
+            decorated = _endpoint_ids(getattr(context, "endpoint", None))
+            decorated += _dependency_ids(getattr(context, "dependant", None))
             entries.append(
                 RouteEntry(
                     template=path_format,
-                    methods=methods,
-                    decorated=getattr(getattr(context, "endpoint", None), ENDPOINT_ATTRIBUTE, None),
-                    guards=guards,
-                    route=original,
+                    path=path,
+                    methods=frozenset(getattr(context, "methods", None) or ()),
+                    decorated=tuple(dict.fromkeys(decorated)),
+                    route=getattr(context, "original_route", context),
                     matches=context.matches,
                 )
             )
-        unmatched = {key: value for key, value in config_routes.items() if key not in used}
-        return cls(entries, unmatched)
+        return cls(entries, table, len(routes))
 
     def resolve(self, scope: Scope) -> RouteEntry | None:
         """The route the router will pick for ``scope``: the first full match."""
@@ -85,29 +84,26 @@ class RouteIndex:
                 return entry
         return None
 
-    def template_of(self, scope: Scope) -> str | None:
-        """The full template of the route the router picked (``scope["route"]``)."""
-        route = scope.get("route")
-        candidates = self._by_route.get(id(route), ())
-        if len(candidates) == 1:
-            return candidates[0].template
-        # The same router included twice: tell its copies apart by their prefixes.
-        for entry in candidates:
-            if entry.matches(scope)[0] is Match.FULL:
-                return entry.template
-        path = getattr(route, "path_format", None)
-        return path if isinstance(path, str) else None
+    def charged(self, entry: RouteEntry, method: str) -> tuple[str, ...]:
+        """The endpoint ids a ``method`` request to ``entry`` pays for (the core's rule)."""
+        return self.table.charged(method, (entry.template, entry.path), entry.decorated)
+
+    def unmatched(self) -> list[str]:
+        """The ``routes`` keys that name no route of the app."""
+        answered = [
+            (template, entry.methods)
+            for entry in self.entries
+            for template in (entry.template, entry.path)
+        ]
+        return self.table.unmatched(answered)
 
 
-def route_index(app: Starlette, config_routes: Mapping[str, str]) -> RouteIndex:
-    """The app's index, built on first use and kept on ``app.state``.
-
-    Built at startup by `Sentinel.init_app`'s lifespan; a request served without
-    lifespan (some test clients) builds it on first use.
-    """
+def route_index(app: Starlette, table: RouteTable) -> RouteIndex:
+    """The app's index, kept on ``app.state`` and rebuilt when routes were added since
+    (a route declared after startup is guarded like the others)."""
     index: RouteIndex | None = getattr(app.state, _STATE_KEY, None)
-    if index is None:
-        index = RouteIndex.build(app.routes, config_routes)
+    if index is None or index.size != len(app.routes):
+        index = RouteIndex.build(app.routes, table)
         setattr(app.state, _STATE_KEY, index)
     return index
 
@@ -117,30 +113,19 @@ def reset_route_index(app: Starlette) -> None:
     setattr(app.state, _STATE_KEY, None)
 
 
+def _endpoint_ids(function: object) -> tuple[str, ...]:
+    endpoint_id = getattr(function, ENDPOINT_ATTRIBUTE, None)
+    return (endpoint_id,) if isinstance(endpoint_id, str) else ()
+
+
+def _dependency_ids(dependant: Any) -> tuple[str, ...]:
+    """The ids of the ``rate_limit`` dependencies anywhere in a route's dependency tree."""
+    ids: tuple[str, ...] = ()
+    for dependency in getattr(dependant, "dependencies", ()):
+        ids += _endpoint_ids(dependency.call) + _dependency_ids(dependency)
+    return ids
+
+
 def _contexts(routes: Sequence[BaseRoute]) -> Iterable[Any]:
     iterate = getattr(fastapi.routing, "iter_route_contexts", None)
     return routes if iterate is None else iterate(routes)
-
-
-def _guards(
-    config_routes: Mapping[str, str],
-    methods: frozenset[str],
-    templates: set[str],
-    used: set[str],
-) -> dict[str, str]:
-    """Method -> endpoint id for the ``routes`` entries naming this route.
-
-    A HEAD request runs the GET handler wherever the framework accepts it, so an entry
-    for ``GET`` guards ``HEAD`` too unless ``HEAD`` has its own entry: otherwise HEAD
-    would be a way around the limit.
-    """
-    guards: dict[str, str] = {}
-    for method in methods | ({"HEAD"} if "GET" in methods else set()):
-        for template in templates:
-            key = f"{method} /{template.lstrip('/')}"
-            if key in config_routes:
-                guards[method] = config_routes[key]
-                used.add(key)
-    if "GET" in guards and "HEAD" not in guards:
-        guards["HEAD"] = guards["GET"]
-    return guards

@@ -1,16 +1,20 @@
 """Translation between Starlette and the core: request in, response out, nothing else.
 
-Every rule of SPEC §4 (statuses, Retry-After, RateLimit headers, the device cookie) is
-decided by `sentinel_core`; this module only moves the `Outcome`'s fields into
-Starlette's types, for the decorator and the middleware alike.
+Every rule of SPEC §4 (statuses, Retry-After, RateLimit fields, the device cookie) is
+decided by `sentinel_core`; this module only moves values into Starlette's types.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
-from sentinel_core import Outcome, RequestView
+from sentinel_core.adapter import Cookie, Outcome, RequestView
+
+ADMITTED = "sentinel.admitted"
+"""The ASGI scope key where the middleware records the endpoint ids it admitted."""
 
 
 def request_view(request: HTTPConnection, route: str | None) -> RequestView:
@@ -35,24 +39,15 @@ def denial_response(outcome: Outcome) -> Response:
     """The 401/429/503 response of a denied request: the outcome's status, headers
     (Content-Type included) and problem+json body, byte for byte."""
     response = Response(outcome.body, status_code=outcome.status)
-    response.raw_headers.extend(raw_headers(outcome))
+    response.raw_headers.extend(raw_headers(outcome.headers, None))
     return response
 
 
-def raw_headers(outcome: Outcome) -> list[tuple[bytes, bytes]]:
-    """The outcome's headers, and its device cookie as ``Set-Cookie``, as ASGI pairs."""
-    pairs = [
-        (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in outcome.headers
-    ]
-    if outcome.cookie is not None:
-        pairs.append((b"set-cookie", outcome.cookie.header_value().encode("latin-1")))
+def raw_headers(
+    headers: Iterable[tuple[str, str]], cookie: Cookie | None
+) -> list[tuple[bytes, bytes]]:
+    """``headers`` and the device cookie as ``Set-Cookie``, as ASGI pairs."""
+    pairs = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+    if cookie is not None:
+        pairs.append((b"set-cookie", cookie.header_value().encode("latin-1")))
     return pairs
-
-
-def add_to_response(response: Response, outcome: Outcome) -> None:
-    """Add an allowed outcome's RateLimit headers and cookie to the handler's response.
-
-    Appended, not set: a route guarded twice (decorator and ``routes``) reports both
-    policies, which the RateLimit header fields allow as list members.
-    """
-    response.raw_headers.extend(raw_headers(outcome))

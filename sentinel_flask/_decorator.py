@@ -1,10 +1,11 @@
-"""``@rate_limited(endpoint_id)`` and the marker that lets the extension find guarded views.
+"""``@rate_limited(endpoint_id)``: the endpoint ids a view pays for, recorded on it.
 
 The decorator is applied under ``@app.route`` (or ``@bp.route``, or on a `MethodView`
-method) and looks the app's Sentinel up through `flask.current_app` at request time,
-so it can decorate views before any app exists (the app-factory pattern). It records
-its endpoint ids on the view function, which is how the extension validates them at
-start-up and how the ``routes`` middleware knows to leave a decorated view alone.
+method). It records its endpoint ids on the view function; the extension's
+``before_request`` reads them there, with the ``routes`` entry of the matched rule,
+and admits the request once for all of them (SPEC §5). The wrapper only checks that
+this happened, so it can decorate views before any app exists (the app-factory
+pattern), and a view served without Sentinel fails instead of running unguarded.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from ._guard import guard_request
+from ._guard import require_admitted
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -25,9 +26,9 @@ def rate_limited(endpoint_id: str) -> Callable[[F], F]:
     """Guard a view with the policy ``endpoint_id``.
 
     A denied request gets the 401/429/503 response of SPEC §4 and the view does not
-    run; an allowed one runs the view and its response gains the RateLimit headers
+    run; an allowed one runs the view and its response gains the RateLimit fields
     (and, for anonymous policies, the device cookie). Works on sync and async views;
-    keeps the view's name and docstring.
+    keeps the view's name and docstring. Stacked decorators all apply.
     """
     if not isinstance(endpoint_id, str) or not endpoint_id:
         raise TypeError(
@@ -39,9 +40,7 @@ def rate_limited(endpoint_id: str) -> Callable[[F], F]:
 
             @functools.wraps(view)
             async def guarded_async(*args: Any, **kwargs: Any) -> Any:
-                denial = guard_request(endpoint_id)
-                if denial is not None:
-                    return denial
+                require_admitted(endpoint_id)
                 return await view(*args, **kwargs)
 
             guarded: Callable[..., Any] = guarded_async
@@ -49,9 +48,7 @@ def rate_limited(endpoint_id: str) -> Callable[[F], F]:
 
             @functools.wraps(view)
             def guarded_sync(*args: Any, **kwargs: Any) -> Any:
-                denial = guard_request(endpoint_id)
-                if denial is not None:
-                    return denial
+                require_admitted(endpoint_id)
                 return view(*args, **kwargs)
 
             guarded = guarded_sync

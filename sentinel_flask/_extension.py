@@ -12,20 +12,20 @@ When things are checked:
   ids of ``routes`` and of the decorated views registered so far, then the Redis
   start-up check and script load (``StartupError`` for a reachable but unfit Redis; an
   unreachable one is logged and checked at the first successful contact).
-* Views are usually registered *after* ``init_app`` (``Sentinel(app)`` at the top of the
-  module, or a factory that registers blueprints later), and Flask has no "app ready"
-  signal since 2.3 removed ``before_first_request``. So the full validation, which also
-  checks that every ``routes`` entry names a method and rule the app really has, runs
-  once per app on its first request, and again on every request until it passes: a
-  misconfigured app answers 500 with the error logged rather than serving unguarded
-  routes. Call ``sentinel.validate(app)`` at the end of your factory to fail at import
-  time instead.
+* When the app already has views at ``init_app`` (``Sentinel(app)`` at the end of a
+  factory), the full validation runs there too: every ``routes`` entry must name a
+  method and rule of the app. Views registered *after* ``init_app`` (a factory that
+  registers blueprints later) cannot be seen then, and Flask has no "app ready" signal
+  since 2.3 removed ``before_first_request``; the first request, where Flask itself
+  considers setup finished, validates them, and a misconfigured app refuses to serve
+  rather than serving routes it believes guarded. Call ``sentinel.validate(app)`` at
+  the end of such a factory to fail at import time instead.
 
-The ``routes`` middleware matches ``"METHOD rule"`` with the rule as ``app.url_map``
-spells it (``/items/<int:item_id>``, blueprint prefix included), never the raw path; a
-HEAD request falls back to the GET entry, as Flask serves it with the GET view. Routing
-failures (404, 405) are not guarded. A view that ``@rate_limited`` guards is left to its
-decorator even when ``routes`` names it too: each request is decided once.
+``before_request`` matches ``"METHOD rule"`` with the rule as ``app.url_map`` spells it
+(``/items/<int:item_id>``, blueprint prefix included), never the raw path, and asks the
+core which endpoint ids the request pays for (HEAD falling back to GET, a decorator and
+a ``routes`` entry naming one id charged once). Routing failures (404, 405) are not
+guarded.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import sentinel_core
 from sentinel_core import ConfigError
 
 from ._decorator import all_endpoints, handler_endpoints
-from ._guard import EXTENSION_KEY, core_of, finish_response, guard_request
+from ._guard import EXTENSION_KEY, admit_request, complete, core_of, finish_response
 
 CONFIG_KEY = "SENTINEL"
 CONFIG_FILE_KEY = "SENTINEL_CONFIG_FILE"
@@ -92,9 +92,12 @@ class Sentinel:
             core.close()
             raise
         app.extensions[EXTENSION_KEY] = core
-        hooks = _AppHooks(core.config.routes)
+        if _has_views(app):
+            validate_app(app)
+        hooks = _AppHooks()
         app.before_request(hooks.before_request)
         app.after_request(finish_response)
+        app.teardown_request(complete)
 
     def validate(self, app: Flask | None = None) -> None:
         """Check ``app`` (the current app by default) as it is now: every endpoint id
@@ -118,18 +121,18 @@ def validate_app(app: Flask) -> None:
     """`Sentinel.validate` for an app given explicitly (the first-request check)."""
     core = core_of(app)
     _check_endpoint_ids(app, core)
-    answered = {
-        f"{method} {rule.rule}"
-        for rule in app.url_map.iter_rules()
-        for method in rule.methods or ()
-    }
-    for route in core.config.routes:
-        if route not in answered:
-            raise ConfigError(
-                f"routes.{route}",
-                "no route of the app has this method and rule; spell the template as "
-                "app.url_map does, converters included (e.g. 'GET /items/<int:item_id>')",
-            )
+    answered = [(rule.rule, rule.methods) for rule in app.url_map.iter_rules()]
+    for route in core.route_table.unmatched(answered):
+        raise ConfigError(
+            f"routes.{route}",
+            "no route of the app has this method and rule; spell the template as "
+            "app.url_map does, converters included (e.g. 'GET /items/<int:item_id>')",
+        )
+
+
+def _has_views(app: Flask) -> bool:
+    """Whether views other than Flask's own ``static`` are registered yet."""
+    return any(endpoint != "static" for endpoint in app.view_functions)
 
 
 def _check_endpoint_ids(app: Flask, core: sentinel_core.Sentinel) -> None:
@@ -160,39 +163,29 @@ def _config_source(app: Flask) -> Mapping[str, Any] | str:
 
 class _AppHooks:
     """One app's ``before_request`` hook: the first-request validation and the
-    ``routes`` middleware. It lives on the app (registered as its hook), not on the
-    extension, so apps never share it."""
+    admission. It lives on the app (registered as its hook), not on the extension, so
+    apps never share it."""
 
-    def __init__(self, routes: Mapping[str, str]) -> None:
-        self._routes = dict(routes)
-        self._validated = False
+    def __init__(self) -> None:
+        # Views registered after init_app are first seen here, on the first request.
+        self.validated = False
         self._lock = threading.Lock()
 
     def before_request(self) -> Response | None:
-        if not self._validated:
+        if not self.validated:
             self._validate_once()
-        if not self._routes:
-            return None
         rule = request.url_rule
         if rule is None:
             # Routing failed (404, 405): not a route of the app, nothing to guard.
             return None
+        app = current_app._get_current_object()  # type: ignore[attr-defined]
         method = request.method
-        endpoint_id = self._routes.get(f"{method} {rule.rule}")
-        if endpoint_id is None and method == "HEAD":
-            # Flask answers HEAD with the GET view: guard it like GET.
-            endpoint_id = self._routes.get(f"GET {rule.rule}")
-        if endpoint_id is None:
-            return None
-        view_function = current_app.view_functions.get(rule.endpoint)
-        if handler_endpoints(view_function, method):
-            # The decorator wins: it guards this request itself, and a request is
-            # decided once, on the endpoint id written next to the code.
-            return None
-        return guard_request(endpoint_id)
+        decorated = handler_endpoints(app.view_functions.get(rule.endpoint), method)
+        endpoint_ids = core_of(app).route_table.charged(method, (rule.rule,), decorated)
+        return admit_request(endpoint_ids) if endpoint_ids else None
 
     def _validate_once(self) -> None:
         with self._lock:
-            if not self._validated:
+            if not self.validated:
                 validate_app(current_app._get_current_object())  # type: ignore[attr-defined]
-                self._validated = True
+                self.validated = True

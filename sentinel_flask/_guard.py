@@ -1,22 +1,28 @@
-"""The one check the decorator and the ``routes`` middleware share.
+"""The request lifecycle in Flask's hooks: admission in ``before_request``, response
+fields in ``after_request``, completion when the response is closed.
 
-A request is guarded by calling the app's core Sentinel with a `RequestView`. A denial
-is answered at once; an allowed outcome is kept on `flask.g` until ``after_request``
-adds its headers and cookie to whatever response the request ends with (the view's,
-or an error handler's after ``abort``), so both entry points decorate responses in
-exactly one place.
+``before_request`` admits the request once on every endpoint id it pays for (the
+core's rule: ``@rate_limited`` ids and the ``routes`` entry together). The decorator
+only checks that this happened. Completion runs in ``teardown_request`` with the final
+status (500 when the view raised and Flask propagated the exception), except for a
+streamed body, which completes when the WSGI server closes it, once it is sent.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from flask import Flask, Response, current_app, g, request
 
 import sentinel_core
+from sentinel_core.adapter import SERVER_ERROR, Admission
 
 from ._translate import decorate_response, denial_response, request_view
 
 EXTENSION_KEY = "sentinel"
-_OUTCOMES = "_sentinel_outcomes"
+_ADMISSION = "_sentinel_admission"
+_ADMITTED = "_sentinel_admitted"
+_STATUS = "_sentinel_status"
 
 
 def core_of(app: Flask) -> sentinel_core.Sentinel:
@@ -34,28 +40,46 @@ def core_of(app: Flask) -> sentinel_core.Sentinel:
     return core
 
 
-def guard_request(endpoint_id: str) -> Response | None:
-    """Decide the current request on ``endpoint_id``: the denial response, or None
-    (allowed; the outcome waits on `flask.g` for `finish_response`)."""
-    core = core_of(current_app)
+def admit_request(endpoint_ids: Sequence[str]) -> Response | None:
+    """Admit the current request on ``endpoint_ids``: the denial response, or None (the
+    admission waits on `flask.g` for `finish_response`)."""
     native = request._get_current_object()  # type: ignore[attr-defined]
-    outcome = core.guard(endpoint_id, request_view(native))
-    if not outcome.allowed:
-        return denial_response(outcome)
-    outcomes = g.get(_OUTCOMES)
-    if outcomes is None:
-        setattr(g, _OUTCOMES, [outcome])
-    else:
-        outcomes.append(outcome)
+    admission = core_of(current_app).admit(request_view(native), endpoint_ids)
+    if admission.denial is not None:
+        return denial_response(admission.denial)
+    setattr(g, _ADMISSION, admission)
+    setattr(g, _ADMITTED, tuple(endpoint_ids))
     return None
 
 
-def finish_response(response: Response) -> Response:
-    """``after_request``: add the allowed outcomes' headers and cookie to ``response``.
+def require_admitted(endpoint_id: str) -> None:
+    """Raise unless ``before_request`` admitted this request on ``endpoint_id``: failing
+    the request beats serving it unguarded."""
+    if endpoint_id not in g.get(_ADMITTED, ()):
+        raise RuntimeError(
+            f"sentinel_flask: {endpoint_id!r}: this request did not pass Sentinel; call "
+            "Sentinel(app) or sentinel.init_app(app)"
+        )
 
-    Denials never reach here with an outcome: only allowed outcomes are kept, which is
-    also what makes the anonymous cookie appear on allowed responses only.
-    """
-    for outcome in g.pop(_OUTCOMES, ()):
-        decorate_response(response, outcome)
+
+def finish_response(response: Response) -> Response:
+    """``after_request``: the admission's fields on ``response``, and its completion
+    once the server closes the response."""
+    admission: Admission | None = g.get(_ADMISSION)
+    if admission is None:
+        return response
+    decorate_response(response, admission)
+    if response.is_streamed:
+        g.pop(_ADMISSION)
+        response.call_on_close(lambda: admission.complete(response.status_code))
+    else:
+        setattr(g, _STATUS, response.status_code)
     return response
+
+
+def complete(error: BaseException | None) -> None:
+    """``teardown_request``: complete the admission with the response's status, or as
+    a 500 when the view's exception propagated (no response)."""
+    admission: Admission | None = g.pop(_ADMISSION, None)
+    if admission is not None:
+        admission.complete(SERVER_ERROR if error is not None else g.get(_STATUS, SERVER_ERROR))

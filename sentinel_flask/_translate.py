@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from flask import Request, Response, current_app
 from werkzeug.datastructures import Headers
 
-from sentinel_core import Outcome, RequestView
+from sentinel_core.adapter import Admission, Outcome, RequestView
 
 
 class HeaderMapping(Mapping[str, str]):
@@ -81,11 +81,12 @@ def denial_response(outcome: Outcome) -> Response:
     )
 
 
-def decorate_response(response: Response, outcome: Outcome) -> None:
-    """Add an allowed outcome's RateLimit headers and anonymous cookie to ``response``."""
-    for name, value in outcome.headers:
+def decorate_response(response: Response, admission: Admission) -> None:
+    """Add an admission's RateLimit fields and device cookie to ``response``."""
+    status = response.status_code
+    for name, value in admission.headers(status):
         response.headers.add(name, value)
-    cookie = outcome.cookie
+    cookie = admission.cookie(status)
     if cookie is not None:
         response.set_cookie(
             cookie.name,

@@ -29,6 +29,7 @@ from sentinel_core.config._limits import LEASE_OR_QUOTA, parse_lease_or_quota
 from sentinel_core.config._network import ExemptConfig, Network, parse_exempt, parse_networks
 from sentinel_core.config._reader import Section, parse_rate
 from sentinel_core.errors import ConfigError
+from sentinel_core.http._routes import parse_route_key
 from sentinel_core.store._url import resolve
 
 if sys.version_info >= (3, 11):
@@ -309,14 +310,19 @@ def _check_exact(
 
 def _parse_routes(section: Section, policies: Mapping[str, Policy]) -> dict[str, str]:
     routes: dict[str, str] = {}
+    originals: dict[str, str] = {}
     for key in section.names():
         path = section.path(str(key))
         endpoint_id = section.raw(key)
-        parts = key.split(None, 1) if isinstance(key, str) else []
-        if len(parts) != 2 or not parts[0].isalpha():
+        canonical = parse_route_key(key)
+        if canonical is None:
             raise ConfigError(path, 'expected "METHOD template", e.g. "POST /v1/ingest"')
         if not isinstance(endpoint_id, str) or endpoint_id not in policies:
             raise ConfigError(path, f"unknown endpoint id {endpoint_id!r}: no policy declares it")
-        method, template = parts[0].upper(), parts[1].strip()
-        routes[f"{method} /{template.lstrip('/')}"] = endpoint_id
+        if canonical in routes:
+            raise ConfigError(
+                path, f"duplicate of routes entry {originals[canonical]!r} (both are {canonical!r})"
+            )
+        routes[canonical] = endpoint_id
+        originals[canonical] = str(key)
     return routes

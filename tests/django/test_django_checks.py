@@ -96,7 +96,7 @@ def test_route_naming_an_unknown_endpoint_is_e002_not_e001(redis_url: str) -> No
 def test_decorated_views_naming_unknown_endpoints_are_e002_wherever_they_are(
     configure: Configure,
 ) -> None:
-    configure()
+    configure(routes={})
     with override_settings(ROOT_URLCONF="djproject.bad_urls"):
         messages = _sentinel_messages()
 
@@ -182,3 +182,31 @@ def test_an_invalid_configuration_is_one_e001_with_the_deploy_checks_too(redis_u
 def test_the_deploy_check_passes_the_memory_store_in_debug() -> None:
     with override_settings(SENTINEL=spec_config("memory://"), DEBUG=True):
         assert _sentinel_messages(deploy=True) == []
+
+
+def test_a_routes_entry_matching_no_url_pattern_is_e004(configure: Configure) -> None:
+    configure(routes={"POST v1/ingset": "pdftalk.ingest", "POST v1/ingest": "pdftalk.ingest"})
+
+    messages = _sentinel_messages()
+
+    assert _ids(messages) == ["sentinel.E004"]
+    assert "routes['POST /v1/ingset']" in messages[0].msg
+
+
+def test_routes_entries_naming_one_route_are_e005(configure: Configure) -> None:
+    configure(routes={"POST v1/ingest": "pdftalk.ingest", "post /v1/ingest": "resumint.tailor"})
+
+    messages = _sentinel_messages()
+
+    assert _ids(messages) == ["sentinel.E005"]
+    assert "routes['post /v1/ingest']" in messages[0].msg
+    assert "routes['POST v1/ingest']" in messages[0].msg
+
+
+def test_a_duplicate_entry_in_a_routes_setting_that_is_not_a_mapping_is_not_looked_for(
+    redis_url: str,
+) -> None:
+    with override_settings(SENTINEL=spec_config(redis_url, routes=["POST v1/ingest"])):
+        messages = _sentinel_messages()
+
+    assert _ids(messages) == ["sentinel.E001"]

@@ -9,6 +9,7 @@ from typing import Any
 
 import django
 import pytest
+import redis
 from asgiref.sync import iscoroutinefunction
 from django.apps import apps
 from django.test import AsyncClient, Client, override_settings
@@ -17,6 +18,7 @@ from django_harness import Configure, Http, LoopRunner, PeerAsyncClient
 import sentinel_django
 from sentinel_core import Algorithm, Sentinel, StartupError, UnknownEndpointError
 from sentinel_django import _loops, conf, rate_limited
+from sentinel_django._runtime import RECHECK_SECONDS
 from sentinel_django.middleware import SentinelMiddleware
 from tests.support.adapter_config import bearer
 from tests.support.redis_admin import RedisAdmin
@@ -276,6 +278,31 @@ def test_unfit_redis_fails_every_guarded_request_with_the_check_message(
 
     assert _command_calls(lru_redis_server.url, "script|load") == loads  # not re-checked
     assert client.get("/open").status_code == 200  # unguarded views still serve
+
+
+def test_a_redis_fixed_after_an_unfit_start_is_checked_again_and_serves(
+    configure: Configure,
+) -> None:
+    server = RedisServer(policy="allkeys-lru").start()
+    try:
+        configure(redis_url=server.url)
+        now = [100.0]
+        conf.runtime().clock = lambda: now[0]
+        client = Client()
+        auth = {"Authorization": bearer("acme")}
+        with pytest.raises(StartupError, match="allkeys-lru"):
+            client.post("/v1/ingest", headers=auth)
+        with redis.Redis.from_url(server.url) as admin:
+            admin.config_set("maxmemory-policy", "noeviction")
+        now[0] += RECHECK_SECONDS - 0.5
+        with pytest.raises(StartupError, match="allkeys-lru"):  # not checked again yet
+            client.post("/v1/ingest", headers=auth)
+        now[0] += 0.5
+        fixed = client.post("/v1/ingest", headers=auth)
+    finally:
+        server.close()
+
+    assert fixed.status_code == 200
 
 
 async def test_unfit_redis_fails_async_guarded_requests_too(

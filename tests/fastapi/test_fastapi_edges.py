@@ -32,7 +32,7 @@ class Recorder:
         self.views.append(request)
 
 
-@pytest.mark.parametrize("name", ["sentinel_request__", "sentinel_response__"])
+@pytest.mark.parametrize("name", ["sentinel_request__"])
 def test_a_handler_using_a_parameter_name_sentinel_injects_is_refused(name: str) -> None:
     namespace: dict[str, Any] = {}
     exec(f"async def handler({name}: int) -> None: ...", namespace)
@@ -41,7 +41,7 @@ def test_a_handler_using_a_parameter_name_sentinel_injects_is_refused(name: str)
         rate_limited("pdftalk.ingest")(namespace["handler"])
 
 
-def test_the_hidden_parameters_go_before_a_handlers_var_keyword() -> None:
+def test_the_hidden_parameter_goes_before_a_handlers_var_keyword() -> None:
     async def handler(doc_id: int, **extra: Any) -> None: ...
 
     parameters = list(
@@ -51,7 +51,6 @@ def test_the_hidden_parameters_go_before_a_handlers_var_keyword() -> None:
     assert [p.name for p in parameters] == [
         "doc_id",
         "sentinel_request__",
-        "sentinel_response__",
         "extra",
     ]
     assert parameters[-1].kind is inspect.Parameter.VAR_KEYWORD

@@ -13,6 +13,7 @@ from flask.views import MethodView
 from prometheus_client import CollectorRegistry
 
 import sentinel_core
+import sentinel_flask._extension
 from sentinel_core import ConfigError, StartupError, UnknownEndpointError
 from sentinel_flask import Sentinel, rate_limited
 from tests.flask.apps import MakeApp, with_routes
@@ -203,15 +204,31 @@ def test_a_method_view_method_is_validated_too(make_app: MakeApp) -> None:
         make_app(spec_config("memory://"), views=views)
 
 
-def test_a_routes_entry_that_no_route_answers_is_reported(make_app: MakeApp) -> None:
+def test_a_routes_entry_that_no_route_answers_is_refused_by_init_app(make_app: MakeApp) -> None:
     config = with_routes(spec_config("memory://"), **{"POST /v1/uplaod": "pdftalk.ingest"})
-    app = make_app(config)
+
+    with pytest.raises(ConfigError) as caught:
+        make_app(config)
+
+    assert caught.value.path == "routes.POST /v1/uplaod"
+
+
+def test_a_routes_entry_for_a_view_registered_later_is_checked_by_validate(
+    make_app: MakeApp,
+) -> None:
+    config = spec_config("memory://", routes={"POST /v1/later": "pdftalk.ingest"})
+    app = make_app(config, views=None)
 
     with pytest.raises(ConfigError) as caught:
         Sentinel().validate(app)
-    assert caught.value.path == "routes.POST /v1/uplaod"
-    with pytest.raises(ConfigError):
-        app.test_client().get("/health")
+    assert caught.value.path == "routes.POST /v1/later"
+
+    @app.post("/v1/later")
+    def later() -> str:
+        return "ok"
+
+    Sentinel().validate(app)
+    assert app.test_client().post("/v1/later", headers={"Authorization": bearer("t")}).text == "ok"
 
 
 def test_validate_passes_on_a_correct_app(make_app: MakeApp) -> None:
@@ -407,9 +424,17 @@ class _SlowToInspect:
 
 
 def test_requests_racing_the_first_validation_wait_for_it_and_validate_once(
-    make_app: MakeApp,
+    make_app: MakeApp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    validations: list[Flask] = []
+    validate = sentinel_flask._extension.validate_app
+
+    def counted(app: Flask) -> None:
+        validations.append(app)
+        validate(app)
+
     app = make_app(spec_config("memory://"))
+    monkeypatch.setattr(sentinel_flask._extension, "validate_app", counted)
     view = _SlowToInspect()
     app.add_url_rule("/slow", view_func=view)
     (hook,) = app.before_request_funcs[None]
@@ -431,4 +456,4 @@ def test_requests_racing_the_first_validation_wait_for_it_and_validate_once(
     second.join(10)
 
     assert statuses == [200, 200]
-    assert view.inspections == 1
+    assert validations == [app]

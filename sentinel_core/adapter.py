@@ -1,0 +1,27 @@
+"""What a framework adapter needs from the core, and nothing a user's code needs.
+
+An adapter translates (SPEC §5, STYLE 8): it builds a `RequestView` from its
+framework's request, asks `RouteTable.charged` which endpoint ids the request pays
+for, calls `Sentinel.admit`/`aadmit`, answers the `Admission`'s denial or runs the
+handler, adds ``headers(status)`` and ``cookie(status)`` to the response, and calls
+``complete``/``acomplete`` with the final status. No rule of SPEC §4 and §5 lives in an
+adapter; a fourth adapter is written against this module alone.
+"""
+
+from sentinel_core.http._lifecycle import CANCELLED, SERVER_ERROR, Admission, response_fields
+from sentinel_core.http._outcome import PROBLEM_JSON, Cookie, Outcome, RequestView
+from sentinel_core.http._routes import RouteTable, duplicate_route_keys, route_key
+
+__all__ = [
+    "CANCELLED",
+    "PROBLEM_JSON",
+    "SERVER_ERROR",
+    "Admission",
+    "Cookie",
+    "Outcome",
+    "RequestView",
+    "RouteTable",
+    "duplicate_route_keys",
+    "response_fields",
+    "route_key",
+]

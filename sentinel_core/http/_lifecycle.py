@@ -1,0 +1,262 @@
+"""A request's passage through Sentinel: admission before the handler, completion after.
+
+Every adapter drives the same two steps::
+
+    admission = sentinel.admit(view, endpoint_ids)      # or: await sentinel.aadmit(...)
+    if admission.denial is not None:
+        answer admission.denial (status, headers, problem body); the handler never runs
+    else:
+        run the handler; add admission.headers(status) and admission.cookie(status)
+        to its response; then, once the response is over,
+        admission.complete(status)                      # or: await admission.acomplete(...)
+
+``complete`` is called exactly once per admitted request with the final status: the
+handler's, 500 when it raised, for a streaming response when its body is done, and
+`CANCELLED` (499) when the request was cancelled or the client went away. It is where
+``count`` policies consume and where concurrency leases are released; calling it again
+does nothing. A denied admission settles its own charges before it returns.
+
+The rules are written once, as generators that yield `Step`s (what to ask the store)
+and receive `Decision`s; `Sentinel.admit` drives them with blocking calls and
+`Sentinel.aadmit` with awaits, so the sync and async paths cannot drift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sentinel_core._models import Decision, Policy
+from sentinel_core.http._outcome import EXEMPT, Cookie, HttpLayer, Outcome, Prepared, RequestView
+from sentinel_core.identity._keys import Identity
+
+T = TypeVar("T")
+
+CANCELLED = 499
+"""The status `complete` is given for a request cancelled or abandoned by its client
+(nginx's "client closed request"): a 4xx, so ``count: ["4xx"]`` counts it."""
+
+SERVER_ERROR = 500
+"""The status `complete` is given when the handler raised."""
+
+_LIST_FIELDS = ("RateLimit-Policy", "RateLimit")
+"""Structured-field Lists (RFC 8941 §3.1): several outcomes' members join into one field."""
+
+_REFUSALS = frozenset({401, 403, 429, 503})
+"""Statuses that refuse the request (another guard's 401 or 429 included): no device
+cookie, or a client would get a fresh identity for free on every refused request."""
+
+
+class StepKind(str, enum.Enum):
+    EVALUATE = "evaluate"
+    """Decide and consume (`Sentinel.evaluate`); answered with the `Decision`."""
+    RELEASE = "release"
+    """Hand back a concurrency lease (`Sentinel.release`); answered with None."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One store call a lifecycle conversation asks its driver to make."""
+
+    kind: StepKind
+    endpoint_id: str
+    identity: Identity
+    request: RequestView | None = None
+    decision: Decision | None = None
+    """What a RELEASE step hands back the lease of."""
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """One endpoint id an admitted request pays for, kept until its completion."""
+
+    policy: Policy
+    identity: Identity
+    outcome: Outcome
+
+
+Conversation = Generator[Step, Any, T]
+
+
+class Admission:
+    """The admission of one request and, once the handler is done, its completion."""
+
+    __slots__ = ("_completed", "_run", "charges", "denial", "request")
+
+    def __init__(
+        self,
+        request: RequestView,
+        charges: Sequence[Charge],
+        denial: Outcome | None,
+        run: _Runner,
+    ) -> None:
+        self.request = request
+        self.charges = tuple(charges)
+        self.denial = denial
+        """The response to answer instead of running the handler (401, 429, 503)."""
+        self._run = run
+        self._completed = denial is not None
+
+    @property
+    def allowed(self) -> bool:
+        return self.denial is None
+
+    @property
+    def outcomes(self) -> tuple[Outcome, ...]:
+        return tuple(charge.outcome for charge in self.charges)
+
+    def headers(self, status: int) -> list[tuple[str, str]]:
+        """The RateLimit fields to add to the handler's response (status ``status``):
+        one ``RateLimit-Policy`` and one ``RateLimit`` whose list members are every
+        charged policy's, in the order they were decided."""
+        return response_fields((self,), status)[0]
+
+    def cookie(self, status: int) -> Cookie | None:
+        """The new device cookie to set, only on a response that does not refuse."""
+        return response_fields((self,), status)[1]
+
+    def complete(self, status: int) -> None:
+        """The completion step (blocking store calls); see the module docstring."""
+        if self._completed:
+            return
+        self._completed = True
+        drive(completion(self, status), self._run.sync)
+
+    async def acomplete(self, status: int) -> None:
+        """`complete` for asyncio servers."""
+        if self._completed:
+            return
+        self._completed = True
+        await adrive(completion(self, status), self._run.async_)
+
+
+@dataclass(frozen=True, slots=True)
+class _Runner:
+    """How a driver makes each kind of step: the facade's sync and async calls."""
+
+    sync: Callable[[Step], Any]
+    async_: Callable[[Step], Awaitable[Any]]
+
+
+def response_fields(
+    admissions: Sequence[Admission], status: int
+) -> tuple[list[tuple[str, str]], Cookie | None]:
+    """The headers and device cookie one response carries for every admission of its
+    request (an adapter may admit a request in two steps): RateLimit fields joined, the
+    cookie only when ``status`` does not refuse the request."""
+    outcomes = [outcome for admission in admissions for outcome in admission.outcomes]
+    cookies = [outcome.cookie for outcome in outcomes if outcome.cookie is not None]
+    cookie = cookies[0] if cookies and status not in _REFUSALS else None
+    return join_fields(outcomes), cookie
+
+
+def join_fields(outcomes: Sequence[Outcome]) -> list[tuple[str, str]]:
+    """The headers of several allowed outcomes as one response's: the members of each
+    RateLimit field joined into one List, any other header kept as it is."""
+    members: dict[str, list[str]] = {}
+    other: list[tuple[str, str]] = []
+    for outcome in outcomes:
+        for name, value in outcome.headers:
+            if name in _LIST_FIELDS:
+                members.setdefault(name, []).append(value)
+            else:
+                other.append((name, value))
+    return [(name, ", ".join(values)) for name, values in members.items()] + other
+
+
+def admission(
+    http: HttpLayer,
+    policy_of: Callable[[str], Policy],
+    request: RequestView,
+    endpoint_ids: Sequence[str],
+) -> Conversation[tuple[list[Charge], Outcome | None]]:
+    """Admit ``request`` on ``endpoint_ids``: every identity first (a 401 costs no store
+    call), then one decision per id in order, stopping at the first denial."""
+    prepared: list[tuple[Policy, Prepared]] = []
+    view = request
+    cookie: Cookie | None = None
+    for endpoint_id in endpoint_ids:
+        policy = policy_of(endpoint_id)
+        found = http.prepare(policy, view)
+        if found is EXEMPT:
+            continue  # never limited for this id: nothing to decide or charge
+        if not isinstance(found, Prepared):
+            return [], found
+        if found.cookie is not None:
+            # The next anonymous policy must see the device just minted, not mint another.
+            cookie = found.cookie
+            view = dataclasses.replace(view, cookies={**view.cookies, cookie.name: cookie.value})
+        prepared.append((policy, found))
+    charges: list[Charge] = []
+    for policy, found in prepared:
+        step = Step(StepKind.EVALUATE, policy.endpoint_id, found.identity, request)
+        decision = yield step
+        outcome = http.outcome(decision, cookie)
+        if not outcome.allowed:
+            # The handler will not run: the leases taken so far go back now.
+            yield from _releases(charges)
+            return [], outcome
+        charges.append(Charge(policy, found.identity, outcome))
+    return charges, None
+
+
+def completion(admitted: Admission, status: int) -> Conversation[None]:
+    """What the store must hear once the handler is done with status ``status``:
+    every concurrency lease goes back, whatever the status."""
+    del status
+    yield from _releases(admitted.charges)
+
+
+def _releases(charges: Sequence[Charge]) -> Conversation[None]:
+    for charge in charges:
+        decision = charge.outcome.decision
+        if decision is not None and decision.lease is not None:
+            yield Step(StepKind.RELEASE, decision.endpoint_id, charge.identity, decision=decision)
+
+
+def drive(conversation: Conversation[T], run: Callable[[Step], Any]) -> T:
+    """Run ``conversation`` with blocking store calls."""
+    try:
+        step = next(conversation)
+        while True:
+            step = conversation.send(run(step))
+    except StopIteration as done:
+        result: T = done.value
+        return result
+
+
+async def adrive(conversation: Conversation[T], run: Callable[[Step], Awaitable[Any]]) -> T:
+    """Run ``conversation`` with awaited store calls."""
+    try:
+        step = next(conversation)
+        while True:
+            step = conversation.send(await run(step))
+    except StopIteration as done:
+        result: T = done.value
+        return result
+
+
+def make_runner(
+    evaluate: Callable[[str, Identity, Any], Decision],
+    aevaluate: Callable[[str, Identity, Any], Awaitable[Decision]],
+    release: Callable[[Decision], None],
+    arelease: Callable[[Decision], Awaitable[None]],
+) -> _Runner:
+    """The runner that makes each step through the facade's calls."""
+
+    def sync(step: Step) -> Decision | None:
+        if step.decision is not None:
+            release(step.decision)
+            return None
+        return evaluate(step.endpoint_id, step.identity, step.request)
+
+    async def async_(step: Step) -> Decision | None:
+        if step.decision is not None:
+            await arelease(step.decision)
+            return None
+        return await aevaluate(step.endpoint_id, step.identity, step.request)
+
+    return _Runner(sync, async_)

@@ -1,0 +1,110 @@
+"""Which endpoint ids a request pays for (SPEC §5): the one rule every adapter calls.
+
+A request may be named by decorators (``@rate_limited``, a FastAPI dependency, a DRF
+throttle) and by a ``routes`` entry matched on its method and resolved route
+template. It pays once per distinct endpoint id: a decorator and a route naming the
+same id charge it once, different ids both apply. ``HEAD`` falls back to the ``GET``
+entry, since every framework answers HEAD with the GET handler (otherwise HEAD would
+be a way around the limit). Route keys are ``"METHOD /template"`` with the leading
+``/`` optional in the configuration; `route_key` is the only spelling rule.
+
+This module imports nothing from the rest of the package: the config loader uses it
+to refuse duplicate keys at load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from types import MappingProxyType
+
+
+def route_key(method: str, template: str) -> str:
+    """The canonical ``routes`` key of ``method`` on ``template``: upper-case method,
+    one space, the template with exactly one leading ``/``."""
+    return f"{method.upper()} /{template.strip().lstrip('/')}"
+
+
+def parse_route_key(key: object) -> str | None:
+    """The canonical form of a configured ``routes`` key, None when it is not
+    ``"METHOD template"`` (a method of letters, then a template)."""
+    parts = key.split(None, 1) if isinstance(key, str) else []
+    if len(parts) != 2 or not parts[0].isalpha():
+        return None
+    return route_key(parts[0], parts[1])
+
+
+def duplicate_route_keys(keys: Iterable[object]) -> Iterator[tuple[str, str]]:
+    """``(key, earlier key)`` for every configured key that names the same route as an
+    earlier one once normalised (``"POST /r/{id}"`` and ``"post r/{id}"``)."""
+    seen: dict[str, str] = {}
+    for key in keys:
+        canonical = parse_route_key(key)
+        if canonical is None:
+            continue
+        earlier = seen.setdefault(canonical, str(key))
+        if earlier != key:
+            yield str(key), earlier
+
+
+class RouteTable:
+    """The configuration's ``routes`` (canonical keys -> endpoint id), asked by the
+    adapters which ids a request pays for and which entries name no route of the app."""
+
+    __slots__ = ("_routes",)
+
+    def __init__(self, routes: Mapping[str, str]) -> None:
+        self._routes = MappingProxyType({route_key(*k.split(" ", 1)): v for k, v in routes.items()})
+
+    def __bool__(self) -> bool:
+        return bool(self._routes)
+
+    def endpoint_for(self, method: str, *templates: str) -> str | None:
+        """The endpoint id a ``routes`` entry assigns to ``method`` on the route known
+        by ``templates`` (a framework may spell one route two ways), HEAD falling back
+        to GET."""
+        routes = self._routes
+        for candidate in (method, "GET") if method == "HEAD" else (method,):
+            for template in templates:
+                endpoint_id = routes.get(route_key(candidate, template))
+                if endpoint_id is not None:
+                    return endpoint_id
+        return None
+
+    def charged(
+        self, method: str, templates: Iterable[str | None], decorated: Iterable[str] = ()
+    ) -> tuple[str, ...]:
+        """The endpoint ids one request pays for, each once, decorators' ids first.
+
+        Args:
+            method: the request method.
+            templates: the resolved route's template(s); None entries (routing failed)
+                are skipped.
+            decorated: the ids the handler's decorators and dependencies name.
+        """
+        spelled = [template for template in templates if template is not None]
+        route_id = self.endpoint_for(method, *spelled) if spelled else None
+        ids = [*decorated, route_id] if route_id is not None else list(decorated)
+        return tuple(dict.fromkeys(ids))
+
+    def unmatched(self, answered: Iterable[tuple[str, Collection[str] | None]]) -> list[str]:
+        """The ``routes`` keys that no route of the app answers, in configuration order.
+
+        Args:
+            answered: ``(template, methods)`` for every route of the app; ``methods``
+                None means any method (Django's URL patterns). A route answering GET
+                answers HEAD too.
+        """
+        keys: set[str] = set()
+        anything: set[str] = set()
+        for template, methods in answered:
+            if methods is None:
+                anything.add(route_key("GET", template).split(" ", 1)[1])
+                continue
+            for method in (*methods, "HEAD") if "GET" in methods else methods:
+                keys.add(route_key(method, template))
+        return [
+            key for key in self._routes if key not in keys and key.split(" ", 1)[1] not in anything
+        ]
+
+    def items(self) -> Iterable[tuple[str, str]]:
+        return self._routes.items()

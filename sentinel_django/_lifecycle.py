@@ -1,0 +1,206 @@
+"""The request lifecycle for Django, shared by the middleware and the decorator.
+
+Both ask the core which endpoint ids a request pays for, admit it once (a request
+already admitted on an id is never charged for it again), and complete the admission
+with the final status: at once for a built response, when its body is done for a
+streaming one, and as a 500 when the view raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from django.http import (  # type: ignore[import-untyped]
+    HttpRequest,
+    HttpResponseBase,
+    StreamingHttpResponse,
+)
+
+from sentinel_core.adapter import CANCELLED, SERVER_ERROR, Admission
+
+from . import conf
+from ._translate import decorate, denial, request_view
+
+_ADMITTED = "_sentinel_admitted"
+"""On the request: the endpoint ids it was admitted on."""
+_ADMISSIONS = "_sentinel_admissions"
+"""On the request: its admissions still to complete."""
+OK = 200
+_MIDDLEWARE = "_sentinel_middleware"
+"""On the request: the middleware will finish it (a decorator leaves that to it)."""
+
+
+def enter_middleware(request: HttpRequest) -> None:
+    setattr(request, _MIDDLEWARE, True)
+
+
+def unpaid(request: HttpRequest, endpoint_ids: Iterable[str]) -> tuple[str, ...]:
+    """The ids of ``endpoint_ids`` this request has not been admitted on yet."""
+    admitted = getattr(request, _ADMITTED, ())
+    return tuple(endpoint_id for endpoint_id in endpoint_ids if endpoint_id not in admitted)
+
+
+def route_ids(request: HttpRequest, decorated: Sequence[str]) -> tuple[str, ...]:
+    """The ids the request pays for: its view's decorators' and its ``routes`` entry's."""
+    view = request_view(request)
+    table = conf.runtime().sentinel.route_table
+    return table.charged(view.method, (view.route,), decorated)
+
+
+def admit(request: HttpRequest, endpoint_ids: Sequence[str]) -> HttpResponseBase | None:
+    """Admit ``request``: the denial response, or None (the admission waits on the
+    request for `finish`)."""
+    runtime = conf.runtime()
+    runtime.ensure_started()
+    return _settle(
+        request, endpoint_ids, runtime.sentinel.admit(request_view(request), endpoint_ids)
+    )
+
+
+async def aadmit(request: HttpRequest, endpoint_ids: Sequence[str]) -> HttpResponseBase | None:
+    """`admit` for async views and the async middleware."""
+    runtime = conf.runtime()
+    await runtime.aensure_started()
+    admission = await runtime.sentinel.aadmit(request_view(request), endpoint_ids)
+    return _settle(request, endpoint_ids, admission)
+
+
+def finish(request: HttpRequest, response: HttpResponseBase) -> None:
+    """Add the request's admissions' fields to ``response`` and complete them: now, or
+    when a streaming body is done."""
+    for admission in _decorate(request, response):
+        admission.complete(response.status_code)
+
+
+async def afinish(request: HttpRequest, response: HttpResponseBase) -> None:
+    """`finish` on the event loop."""
+    for admission in _decorate(request, response):
+        await admission.acomplete(response.status_code)
+
+
+def settle(request: HttpRequest, status: int) -> None:
+    """Complete the request's admissions with ``status`` and no response to decorate:
+    500 when the view raised, 200 when it returned something not a response."""
+    for admission in _take(request):
+        admission.complete(status)
+
+
+async def asettle(request: HttpRequest, status: int) -> None:
+    """`settle` on the event loop."""
+    for admission in _take(request):
+        await admission.acomplete(status)
+
+
+def _take(request: HttpRequest) -> list[Admission]:
+    """The request's admissions, forgotten with what it was admitted on: the request's
+    passage is over."""
+    admissions: list[Admission] = getattr(request, _ADMISSIONS, [])
+    setattr(request, _ADMISSIONS, [])
+    setattr(request, _ADMITTED, ())
+    return admissions
+
+
+def _decorate(request: HttpRequest, response: HttpResponseBase) -> list[Admission]:
+    """Decorate ``response``; the admissions to complete now (none when the response
+    streams: they complete when its body is done)."""
+    admissions = _take(request)
+    status = response.status_code
+    decorate(response, admissions)
+    if not isinstance(response, StreamingHttpResponse) or not admissions:
+        return admissions
+    wrapper = _ACompleteAfter if response.is_async else _CompleteAfter
+    response.streaming_content = wrapper(response.streaming_content, admissions, status)
+    return []
+
+
+def serve(request: HttpRequest, endpoint_ids: Sequence[str], view: Callable[[], Any]) -> Any:
+    """The lifecycle around a view called by a decorator; the middleware, when it is
+    installed, finishes the request (and converts an exception into a 500) itself."""
+    refused = admit(request, endpoint_ids)
+    if refused is not None or getattr(request, _MIDDLEWARE, False):
+        return view() if refused is None else refused
+    try:
+        response = view()
+    except BaseException:
+        settle(request, SERVER_ERROR)
+        raise
+    if isinstance(response, HttpResponseBase):
+        finish(request, response)
+    else:
+        settle(request, OK)
+    return response
+
+
+async def aserve(
+    request: HttpRequest, endpoint_ids: Sequence[str], view: Callable[[], Awaitable[Any]]
+) -> Any:
+    """`serve` for async views."""
+    refused = await aadmit(request, endpoint_ids)
+    if refused is not None or getattr(request, _MIDDLEWARE, False):
+        return await view() if refused is None else refused
+    try:
+        response = await view()
+    except BaseException:
+        await asettle(request, SERVER_ERROR)
+        raise
+    if isinstance(response, HttpResponseBase):
+        await afinish(request, response)
+    else:
+        await asettle(request, OK)
+    return response
+
+
+def _settle(
+    request: HttpRequest, endpoint_ids: Sequence[str], admission: Admission
+) -> HttpResponseBase | None:
+    if admission.denial is not None:
+        return denial(admission.denial)
+    setattr(request, _ADMITTED, (*getattr(request, _ADMITTED, ()), *endpoint_ids))
+    setattr(request, _ADMISSIONS, [*getattr(request, _ADMISSIONS, []), admission])
+    return None
+
+
+class _CompleteAfter:
+    """A streaming body that completes its request's admissions when it is done: at its
+    end (the response's status), on an error (500), or when the server closes it before
+    its end (the client went away). Django registers ``close`` as the response's closer,
+    and calls it from a thread under ASGI, so completion here is always blocking."""
+
+    def __init__(self, content: Any, admissions: Sequence[Admission], status: int) -> None:
+        self._content = content
+        self._admissions = admissions
+        self._status = status
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._content
+        except BaseException:
+            self._complete(SERVER_ERROR)
+            raise
+        self._complete(self._status)
+
+    def close(self) -> None:
+        self._complete(CANCELLED)  # a no-op once the body was done
+
+    def _complete(self, status: int) -> None:
+        for admission in self._admissions:
+            admission.complete(status)
+
+
+class _ACompleteAfter(_CompleteAfter):
+    """`_CompleteAfter` for an async streaming body (Django tells them apart by
+    whether ``iter`` accepts the content)."""
+
+    __iter__ = None  # type: ignore[assignment]
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._content:
+                yield chunk
+        except BaseException:
+            for admission in self._admissions:
+                await admission.acomplete(SERVER_ERROR)
+            raise
+        for admission in self._admissions:
+            await admission.acomplete(self._status)

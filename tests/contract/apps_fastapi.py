@@ -1,0 +1,124 @@
+"""The contract app on FastAPI, served through ``httpx.ASGITransport`` with its lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Response
+from fastapi.responses import StreamingResponse
+from prometheus_client import CollectorRegistry
+
+from sentinel_core import ConfigError
+from sentinel_fastapi import Sentinel, rate_limited
+from tests.contract.harness import Refused, Reply, lower_headers, routes_for, spell_braces
+from tests.fastapi.conftest import LifespanFailed, lifespan
+
+PEER = ("203.0.113.7", 50000)
+
+
+def build_app(config: Mapping[str, Any]) -> FastAPI:
+    sentinel = Sentinel(
+        routes_for(config, spell_braces), registry=CollectorRegistry(), entry_points=False
+    )
+    app = FastAPI()
+    sentinel.init_app(app)
+
+    @app.post("/decorated")
+    @rate_limited("small")
+    async def decorated() -> dict[str, bool]:
+        return {"ok": True}
+
+    @app.post("/same/{item_id}")
+    @rate_limited("small")
+    async def same(item_id: int) -> dict[str, int]:
+        return {"item": item_id}
+
+    @app.post("/different/{item_id}")
+    @rate_limited("small")
+    def different(item_id: int) -> dict[str, int]:
+        return {"item": item_id}
+
+    @app.api_route("/routed/{item_id}", methods=["GET", "HEAD"])  # FastAPI's GET is GET only
+    async def routed(item_id: int) -> dict[str, int]:
+        return {"item": item_id}
+
+    @app.post("/login")
+    @rate_limited("device")
+    async def login() -> dict[str, bool]:
+        return {"ok": True}
+
+    @app.get("/inner/{status}")
+    @rate_limited("device")
+    async def inner(status: int) -> Response:
+        return Response(status_code=status)
+
+    @app.post("/count/{status}")
+    @rate_limited("failures")
+    async def count(status: int) -> Response:
+        return Response(status_code=status)
+
+    @app.post("/raise")
+    @rate_limited("failures")
+    async def fail() -> None:
+        raise RuntimeError("the handler failed")
+
+    @app.get("/stream")
+    async def stream() -> StreamingResponse:
+        async def chunks() -> AsyncIterator[bytes]:
+            for chunk in (b"a", b"b", b"c"):
+                yield chunk
+
+        return StreamingResponse(chunks())
+
+    @app.get("/open")
+    async def open_() -> dict[str, bool]:
+        return {"ok": True}
+
+    return app
+
+
+class FastApiClient:
+    def __init__(self, app: FastAPI) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._stack = contextlib.AsyncExitStack()
+        transport = httpx.ASGITransport(app=app, client=PEER, raise_app_exceptions=False)
+        self._http = httpx.AsyncClient(transport=transport, base_url="http://testserver")
+        try:
+            self.loop.run_until_complete(self._stack.enter_async_context(lifespan(app)))
+        except LifespanFailed as exc:
+            self.close()
+            raise Refused(str(exc)) from exc
+
+    def request(self, method: str, path: str, *, headers: Mapping[str, str] | None = None) -> Reply:
+        response = self.loop.run_until_complete(
+            self._http.request(method, path, headers=dict(headers or {}))
+        )
+        return Reply(
+            response.status_code,
+            lower_headers(list(response.headers.multi_items())),
+            response.content,
+            response.headers.get_list("set-cookie"),
+        )
+
+    def close(self) -> None:
+        try:
+            self.loop.run_until_complete(self._http.aclose())
+            self.loop.run_until_complete(self._stack.aclose())
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        finally:
+            self.loop.close()
+
+
+class FastApiFactory:
+    name = "fastapi"
+
+    def build(self, config: Mapping[str, Any]) -> FastApiClient:
+        try:
+            app = build_app(config)
+        except ConfigError as exc:
+            raise Refused(str(exc)) from exc
+        return FastApiClient(app)

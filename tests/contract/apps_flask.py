@@ -1,0 +1,106 @@
+"""The contract app on Flask, through its test client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from flask import Flask, Response, stream_with_context
+from prometheus_client import CollectorRegistry
+
+from sentinel_core import SentinelError
+from sentinel_flask import Sentinel, rate_limited
+from tests.contract.harness import Refused, Reply, lower_headers, routes_for, spell_angles
+
+
+def build_app(config: Mapping[str, Any]) -> Flask:
+    app = Flask("contract")
+    app.config["SENTINEL"] = routes_for(config, spell_angles)
+
+    @app.post("/decorated")
+    @rate_limited("small")
+    def decorated() -> dict[str, bool]:
+        return {"ok": True}
+
+    @app.post("/same/<int:item_id>")
+    @rate_limited("small")
+    def same(item_id: int) -> dict[str, int]:
+        return {"item": item_id}
+
+    @app.post("/different/<int:item_id>")
+    @rate_limited("small")
+    async def different(item_id: int) -> dict[str, int]:
+        return {"item": item_id}
+
+    @app.get("/routed/<int:item_id>")
+    def routed(item_id: int) -> dict[str, int]:
+        return {"item": item_id}
+
+    @app.post("/login")
+    @rate_limited("device")
+    def login() -> dict[str, bool]:
+        return {"ok": True}
+
+    @app.get("/inner/<int:status>")
+    @rate_limited("device")
+    def inner(status: int) -> Response:
+        return Response(status=status)
+
+    @app.post("/count/<int:status>")
+    @rate_limited("failures")
+    def count(status: int) -> Response:
+        return Response(status=status)
+
+    @app.post("/raise")
+    @rate_limited("failures")
+    def fail() -> None:
+        raise RuntimeError("the handler failed")
+
+    @app.get("/stream")
+    def stream() -> Response:
+        def chunks() -> Iterator[bytes]:
+            yield from (b"a", b"b", b"c")
+
+        return Response(stream_with_context(chunks()))
+
+    @app.get("/open")
+    def open_() -> dict[str, bool]:
+        return {"ok": True}
+
+    try:
+        Sentinel(registry=CollectorRegistry()).init_app(app)
+    except SentinelError as exc:
+        raise Refused(str(exc)) from exc
+    return app
+
+
+class FlaskClient:
+    def __init__(self, app: Flask) -> None:
+        self.app = app
+        self._http = app.test_client()
+
+    def request(self, method: str, path: str, *, headers: Mapping[str, str] | None = None) -> Reply:
+        response = self._http.open(
+            path,
+            method=method,
+            headers=dict(headers or {}),
+            environ_base={"REMOTE_ADDR": "203.0.113.7"},
+        )
+        body = response.get_data()
+        response.close()
+        return Reply(
+            response.status_code,
+            lower_headers(list(response.headers.items())),
+            body,
+            response.headers.getlist("Set-Cookie"),
+        )
+
+    def close(self) -> None:
+        self.app.extensions["sentinel"].close()
+
+
+class FlaskFactory:
+    name = "flask"
+
+    def build(self, config: Mapping[str, Any]) -> FlaskClient:
+        return FlaskClient(build_app(config))

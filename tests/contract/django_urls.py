@@ -1,0 +1,74 @@
+"""The contract app's URL patterns on Django (``ROOT_URLCONF`` of the Django factory)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.urls import path
+
+from sentinel_django import rate_limited
+
+
+@rate_limited("small")
+def decorated(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"ok": True})
+
+
+@rate_limited("small")
+def same(request: HttpRequest, item_id: int) -> JsonResponse:
+    return JsonResponse({"item": item_id})
+
+
+@rate_limited("small")
+async def different(request: HttpRequest, item_id: int) -> JsonResponse:
+    return JsonResponse({"item": item_id})
+
+
+def routed(request: HttpRequest, item_id: int) -> JsonResponse:
+    return JsonResponse({"item": item_id})
+
+
+@rate_limited("device")
+def login(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"ok": True})
+
+
+@rate_limited("device")
+def inner(request: HttpRequest, status: int) -> HttpResponse:
+    return HttpResponse(status=status)
+
+
+@rate_limited("failures")
+def count(request: HttpRequest, status: int) -> HttpResponse:
+    return HttpResponse(status=status)
+
+
+@rate_limited("failures")
+def fail(request: HttpRequest) -> HttpResponse:
+    raise RuntimeError("the handler failed")
+
+
+def stream(request: HttpRequest) -> StreamingHttpResponse:
+    def chunks() -> Iterator[bytes]:
+        yield from (b"a", b"b", b"c")
+
+    return StreamingHttpResponse(chunks())
+
+
+def open_(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"ok": True})
+
+
+urlpatterns = [
+    path("decorated", decorated),
+    path("same/<int:item_id>", same),
+    path("different/<int:item_id>", different),
+    path("routed/<int:item_id>", routed),
+    path("login", login),
+    path("inner/<int:status>", inner),
+    path("count/<int:status>", count),
+    path("raise", fail),
+    path("stream", stream),
+    path("open", open_),
+]

@@ -1,0 +1,89 @@
+"""What the contract suite asks of an adapter: build an app from a configuration and
+send it requests. One `Factory` per framework; a fourth adapter joins the contract by
+adding its factory to `FACTORIES` (see ``conftest.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class Refused(Exception):
+    """The app refused to start (startup error, config error, system check error)."""
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: Mapping[str, str]
+    """Case-insensitive lookups; a field sent on several lines is joined with ", "."""
+    body: bytes
+    set_cookies: list[str] = field(default_factory=list)
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+
+class Client(Protocol):
+    def request(
+        self, method: str, path: str, *, headers: Mapping[str, str] | None = None
+    ) -> Reply: ...
+
+    def close(self) -> None: ...
+
+
+class Factory(Protocol):
+    name: str
+
+    def build(self, config: Mapping[str, Any]) -> Client:
+        """The contract app (`ENDPOINTS`) on ``config``, started.
+
+        Raises:
+            Refused: the app refuses to start with this configuration.
+        """
+
+
+def spell_braces(template: str) -> str:
+    return template
+
+
+def spell_angles(template: str) -> str:
+    """``/x/{item_id}`` as Flask and Django spell it: ``/x/<int:item_id>``."""
+    return re.sub(r"\{(\w+)\}", r"<int:\1>", template)
+
+
+def routes_for(config: Mapping[str, Any], spell: Callable[[str], str]) -> dict[str, Any]:
+    """``config`` with its ``routes`` keys spelled the framework's way."""
+    routes = {
+        f"{key.split(' ', 1)[0]} {spell(key.split(' ', 1)[1])}": value
+        for key, value in config.get("routes", {}).items()
+    }
+    return {**config, "routes": routes}
+
+
+def lower_headers(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in pairs:
+        key = name.lower()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return headers
+
+
+ENDPOINTS = """
+Every factory's app has these endpoints (templates in FastAPI's spelling):
+
+POST /decorated            @rate_limited("small")
+POST /same/{item_id}       @rate_limited("small"), and routes may name it
+POST /different/{item_id}  @rate_limited("small"), and routes may name it
+GET  /routed/{item_id}     undecorated, for routes
+POST /login                @rate_limited("device") (anonymous)
+GET  /inner/{status}       @rate_limited("device"), answers ``status`` itself (an
+                           inner guard's 401/429)
+POST /count/{status}       @rate_limited("failures"), answers ``status``
+POST /raise                @rate_limited("failures"), raises
+GET  /stream               undecorated, a streamed body of 3 chunks, for routes
+GET  /open                 never guarded
+"""

@@ -1,0 +1,270 @@
+"""SPEC §4 and §5 as one table, run through every adapter's app factory.
+
+Each row is a sequence of requests to the contract app (`harness.ENDPOINTS`) and what
+every response must carry: statuses, RateLimit fields, Retry-After, the problem body,
+the device cookie. The same rows run on a real Redis and on ``memory://``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.contract.conftest import Build
+from tests.contract.harness import Refused, Reply
+from tests.support.adapter_config import COOKIE_SECRET, JWT_KEY, bearer
+from tests.support.redis_server import free_port
+
+QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+UNAVAILABLE = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+AUTH = {"Authorization": bearer("tenant-a", expires_in=3600)}
+
+
+def bucket(burst: int, **fields: Any) -> dict[str, Any]:
+    return {
+        "algorithm": "token_bucket",
+        "rate": "1/minute",
+        "burst": burst,
+        "fail_mode": "closed",
+    } | fields
+
+
+def contract_config(redis_url: str, **top: Any) -> dict[str, Any]:
+    """Small tenant and anonymous buckets; routes in FastAPI's spelling (each factory
+    spells them its framework's way)."""
+    return {
+        "redis_url": redis_url,
+        "socket_timeout_ms": 1000,
+        "jwt": {"algorithms": ["HS256"], "key": JWT_KEY},
+        "anonymous": {"cookie_secret": COOKIE_SECRET, "secure": False},
+        "policies": {
+            "small": bucket(2),
+            "large": bucket(5),
+            "device": bucket(2, identity="anonymous", network_rate="1/minute", network_burst=20),
+            "failures": bucket(2),
+        },
+        "routes": {
+            "POST /same/{item_id}": "small",
+            "POST /different/{item_id}": "large",
+            "GET /routed/{item_id}": "small",
+            "GET /stream": "small",
+        },
+    } | top
+
+
+@dataclass(frozen=True)
+class Row:
+    """Requests sent in order (method, path, headers) and the statuses they get."""
+
+    name: str
+    requests: list[tuple[str, str, Mapping[str, str]]]
+    statuses: list[int]
+    check: Callable[[list[Reply]], None] = lambda replies: None
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def members(value: str | None) -> list[str]:
+    """The names of a RateLimit field's List members."""
+    assert value is not None
+    return [member.split(";")[0].strip('"') for member in value.split(", ")]
+
+
+def problem(reply: Reply) -> dict[str, Any]:
+    assert reply.header("content-type") == "application/problem+json"
+    body: dict[str, Any] = json.loads(reply.body)
+    assert body["status"] == reply.status
+    return body
+
+
+def allowed_then_limited(replies: list[Reply]) -> None:
+    first, limited = replies[0], replies[-1]
+    assert first.header("ratelimit-policy") is not None
+    assert first.header("retry-after") is None
+    assert int(limited.header("retry-after") or 0) >= 1
+    assert limited.header("ratelimit") is not None
+    assert problem(limited) == {
+        "type": QUOTA_EXCEEDED,
+        "title": "Too Many Requests",
+        "status": 429,
+        "detail": "rate limit exceeded",
+        "violated-policies": [members(limited.header("ratelimit"))[0]],
+    }
+    assert all(not reply.set_cookies for reply in replies)
+
+
+def charged_once(replies: list[Reply]) -> None:
+    allowed_then_limited(replies)
+    assert members(replies[0].header("ratelimit")) == ["small"]
+    assert members(replies[0].header("ratelimit-policy")) == ["small"]
+    assert (
+        replies[0]
+        .header(
+            "ratelimit",
+        )
+        .split(";")[1]
+        == "r=1"
+    )  # type: ignore[union-attr]
+
+
+def both_apply(replies: list[Reply]) -> None:
+    assert members(replies[0].header("ratelimit")) == ["small", "large"]
+    assert members(replies[0].header("ratelimit-policy")) == ["small", "large"]
+    assert members(replies[-1].header("ratelimit")) == ["small"]
+
+
+def unauthorized(replies: list[Reply]) -> None:
+    (reply,) = replies
+    assert (reply.header("www-authenticate") or "").startswith("Bearer")
+    assert problem(reply)["title"] == "Unauthorized"
+    assert reply.header("ratelimit") is None
+
+
+def invalid_token(replies: list[Reply]) -> None:
+    unauthorized(replies)
+    assert 'error="invalid_token"' in (replies[0].header("www-authenticate") or "")
+
+
+def cookie_on_allowed_only(replies: list[Reply]) -> None:
+    first, second, limited = replies
+    (cookie,) = first.set_cookies
+    assert cookie.startswith("sentinel_device=")
+    assert "HttpOnly" in cookie
+    assert "SameSite=Lax" in cookie
+    assert not second.set_cookies  # the client sent the cookie back: same device
+    assert not limited.set_cookies
+    assert members(second.header("ratelimit")) == ["device"]
+
+
+def no_cookie_on_an_inner_refusal(replies: list[Reply]) -> None:
+    for reply in replies:
+        assert not reply.set_cookies
+        assert members(reply.header("ratelimit")) == ["device"]
+
+
+def unavailable(replies: list[Reply]) -> None:
+    (reply,) = replies
+    assert problem(reply) == {
+        "type": UNAVAILABLE,
+        "title": "Service Unavailable",
+        "status": 503,
+        "detail": "rate limiter unavailable",
+    }
+    assert reply.header("ratelimit") is None
+
+
+def never_guarded(replies: list[Reply]) -> None:
+    assert all(reply.header("ratelimit") is None for reply in replies)
+
+
+def streamed(replies: list[Reply]) -> None:
+    assert [reply.body for reply in replies[:2]] == [b"abc", b"abc"]
+    assert members(replies[0].header("ratelimit")) == ["small"]
+
+
+def headers_off(replies: list[Reply]) -> None:
+    assert replies[0].header("ratelimit") is None
+    assert replies[0].header("ratelimit-policy") is None
+    assert replies[-1].header("ratelimit") is None
+    assert int(replies[-1].header("retry-after") or 0) >= 1
+
+
+def _times(method: str, path: str, n: int, headers: Mapping[str, str] = AUTH) -> list[Any]:
+    return [(method, path, headers)] * n
+
+
+ROWS = [
+    Row("decorated", _times("POST", "/decorated", 3), [200, 200, 429], allowed_then_limited),
+    Row(
+        "decorator and route naming one id charge it once",
+        _times("POST", "/same/1", 3),
+        [200, 200, 429],
+        charged_once,
+    ),
+    Row(
+        "decorator and route naming different ids both apply",
+        _times("POST", "/different/1", 3),
+        [200, 200, 429],
+        both_apply,
+    ),
+    Row(
+        "routes match the template, not the URL",
+        [("GET", f"/routed/{i}", AUTH) for i in range(3)],
+        [200, 200, 429],
+        allowed_then_limited,
+    ),
+    Row(
+        "HEAD pays on the GET entry",
+        [*_times("HEAD", "/routed/1", 2), ("GET", "/routed/2", AUTH)],
+        [200, 200, 429],
+    ),
+    Row("missing token", _times("POST", "/decorated", 1, {}), [401], unauthorized),
+    Row(
+        "malformed token",
+        _times("POST", "/decorated", 1, {"Authorization": "Bearer not.a.token"}),
+        [401],
+        invalid_token,
+    ),
+    Row(
+        "device cookie on allowed responses only",
+        _times("POST", "/login", 3, {}),
+        [200, 200, 429],
+        cookie_on_allowed_only,
+    ),
+    Row(
+        "no device cookie on an inner guard's 429 or 401",
+        [("GET", "/inner/429", {}), ("GET", "/inner/401", {})],
+        [429, 401],
+        no_cookie_on_an_inner_refusal,
+    ),
+    Row("never guarded", _times("GET", "/open", 4), [200] * 4, never_guarded),
+    Row("streamed body", _times("GET", "/stream", 3), [200, 200, 429], streamed),
+    Row(
+        "RateLimit fields off",
+        _times("POST", "/decorated", 3),
+        [200, 200, 429],
+        headers_off,
+        {"headers": {"ratelimit": False}},
+    ),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row.name)
+@pytest.mark.parametrize("store", ["redis", "memory"])
+def test_contract(build: Build, request: pytest.FixtureRequest, row: Row, store: str) -> None:
+    url = request.getfixturevalue("redis_url") if store == "redis" else "memory://"
+    client = build(contract_config(url, **row.config))
+
+    replies = [
+        client.request(method, path, headers=headers) for method, path, headers in row.requests
+    ]
+
+    assert [reply.status for reply in replies] == row.statuses
+    row.check(replies)
+
+
+def test_a_store_failure_on_a_fail_closed_policy_is_a_503(build: Build) -> None:
+    client = build(contract_config(f"redis://127.0.0.1:{free_port()}/0"))
+
+    replies = [client.request("POST", "/decorated", headers=AUTH)]
+
+    assert [reply.status for reply in replies] == [503]
+    unavailable(replies)
+
+
+@pytest.mark.parametrize(
+    ("routes", "named"),
+    [
+        ({"POST /sme/{item_id}": "small"}, r"POST /sme/"),
+        ({"POST /same/{item_id}": "small", "post same/{item_id}": "large"}, r"post same/"),
+    ],
+    ids=["unmatched", "duplicate"],
+)
+def test_routes_entries_that_cannot_apply_are_refused_at_startup(
+    build: Build, routes: dict[str, str], named: str
+) -> None:
+    with pytest.raises(Refused, match=named):
+        build(contract_config("memory://", routes=routes))

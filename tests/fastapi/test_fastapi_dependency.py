@@ -1,0 +1,104 @@
+"""The dependency idiom (``Depends(rate_limit("id"))``, on an operation or a router) and
+the completion step: a cancelled request (the client went away) hands back its lease."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio
+import pytest
+from fastapi import APIRouter, Depends, FastAPI
+from prometheus_client import CollectorRegistry
+
+from sentinel_fastapi import Sentinel, rate_limit, rate_limited
+from tests.fastapi.conftest import client, lifespan
+from tests.support.adapter_config import bearer, spec_config
+
+AUTH = {"Authorization": bearer("acme", expires_in=3600)}
+
+
+def app_with(config: dict[str, Any]) -> FastAPI:
+    app = FastAPI()
+    Sentinel(config, registry=CollectorRegistry(), entry_points=False).init_app(app)
+    return app
+
+
+async def test_a_dependency_guards_its_operation(redis_url: str) -> None:
+    app = app_with(spec_config(redis_url))
+
+    @app.post("/export", dependencies=[Depends(rate_limit("pdftalk.ingest"))])
+    async def export() -> dict[str, bool]:
+        return {"ok": True}
+
+    async with lifespan(app), client(app) as http:
+        statuses = [(await http.post("/export", headers=AUTH)).status_code for _ in range(4)]
+
+    assert statuses == [200, 200, 200, 429]
+
+
+async def test_a_router_dependency_guards_every_operation_once_with_a_same_id_decorator(
+    redis_url: str,
+) -> None:
+    app = app_with(spec_config(redis_url))
+    router = APIRouter(prefix="/docs", dependencies=[Depends(rate_limit("pdftalk.ingest"))])
+
+    @router.post("/a")
+    async def a() -> dict[str, str]:
+        return {"doc": "a"}
+
+    @router.post("/b")
+    @rate_limited("pdftalk.ingest")
+    async def b() -> dict[str, str]:
+        return {"doc": "b"}
+
+    app.include_router(router)
+    async with lifespan(app), client(app) as http:
+        first = await http.post("/docs/b", headers=AUTH)
+        rest = [(await http.post(f"/docs/{d}", headers=AUTH)).status_code for d in "aab"]
+
+    assert first.headers["RateLimit"].startswith('"pdftalk.ingest";r=2;')
+    assert ", " not in first.headers["RateLimit"]  # one id, charged once
+    assert rest == [200, 200, 429]
+
+
+async def test_a_dependency_without_init_app_fails_instead_of_serving_unguarded() -> None:
+    app = FastAPI()
+
+    @app.get("/open", dependencies=[Depends(rate_limit("pdftalk.ingest"))])
+    async def handler() -> None:
+        raise AssertionError("must not run")  # pragma: no cover
+
+    async with client(app) as http:
+        with pytest.raises(RuntimeError, match=r"init_app"):
+            await http.get("/open")
+
+
+async def test_a_cancelled_request_hands_its_concurrency_lease_back(redis_url: str) -> None:
+    config = spec_config(redis_url)
+    config["policies"]["slots"] = {"algorithm": "concurrency", "limit": 1, "fail_mode": "closed"}
+    app = app_with(config)
+    started = anyio.Event()
+
+    @app.get("/slow")
+    @rate_limited("slots")
+    async def slow() -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    @app.get("/quick")
+    @rate_limited("slots")
+    async def quick() -> dict[str, bool]:
+        return {"ok": True}
+
+    async with lifespan(app), client(app) as http:
+        request = asyncio.create_task(http.get("/slow", headers=AUTH))
+        await started.wait()
+        busy = await http.get("/quick", headers=AUTH)
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        freed = await http.get("/quick", headers=AUTH)
+
+    assert busy.status_code == 429
+    assert freed.status_code == 200

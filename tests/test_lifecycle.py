@@ -1,0 +1,171 @@
+"""The request lifecycle every adapter drives: `Sentinel.admit`/`aadmit` before the
+handler, `Admission.complete`/`acomplete` after it, framework-free.
+
+Several endpoint ids are decided in order and stop at the first denial; identities
+come first, so a 401 costs no store call; the RateLimit fields of every charged
+policy join into one List per field; a device cookie is minted once per request and
+set only on responses that do not refuse.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sentinel_core import Sentinel
+from sentinel_core.adapter import CANCELLED, SERVER_ERROR, Outcome, response_fields
+from sentinel_core.http._lifecycle import join_fields
+from tests.support.http import make_sentinel, request_view
+from tests.support.tokens import COOKIE_SECRET, HS_SECRET, bearer, hs256
+
+AUTH = {"authorization": bearer(hs256("tenant-a", ttl=3600))}
+
+
+def policy(burst: int, **fields: Any) -> dict[str, Any]:
+    return {
+        "algorithm": "token_bucket",
+        "rate": "1/minute",
+        "burst": burst,
+        "fail_mode": "closed",
+        **fields,
+    }
+
+
+def sentinel() -> Sentinel:
+    anonymous = {"identity": "anonymous", "network_rate": "10/minute", "network_burst": 10}
+    return make_sentinel(
+        {
+            "redis_url": "memory://",
+            "jwt": {"key": HS_SECRET},
+            "anonymous": {"cookie_secret": COOKIE_SECRET},
+            "policies": {
+                "small": policy(1),
+                "large": policy(3),
+                "device": policy(2, **anonymous),
+                "device.other": policy(2, **anonymous),
+                "slots": {"algorithm": "concurrency", "limit": 1, "fail_mode": "closed"},
+            },
+        }
+    )
+
+
+def test_every_id_is_decided_and_the_fields_join_into_one_list_per_field() -> None:
+    admission = sentinel().admit(request_view(headers=AUTH), ["large", "small"])
+
+    assert admission.allowed
+    fields = dict(admission.headers(200))
+    assert fields["RateLimit"].startswith('"large";r=2;')
+    assert ', "small";r=0;' in fields["RateLimit"]
+    assert fields["RateLimit-Policy"].count(";q=") == 2
+    assert [charge.policy.endpoint_id for charge in admission.charges] == ["large", "small"]
+
+
+def test_the_first_denial_stops_the_admission_and_is_the_answer() -> None:
+    limiter = sentinel()
+    limiter.admit(request_view(headers=AUTH), ["small"])
+
+    admission = limiter.admit(request_view(headers=AUTH), ["small", "large"])
+
+    assert admission.denial is not None
+    assert admission.denial.status == 429
+    assert not admission.allowed
+    # "large" was never decided: its bucket is untouched.
+    after = limiter.admit(request_view(headers=AUTH), ["large"])
+    assert dict(after.headers(200))["RateLimit"].startswith('"large";r=2;')
+
+
+def test_a_missing_token_is_a_401_before_any_decision() -> None:
+    limiter = sentinel()
+
+    admission = limiter.admit(request_view(), ["large", "small"])
+
+    assert admission.denial is not None
+    assert admission.denial.status == 401
+    after = limiter.admit(request_view(headers=AUTH), ["small"])
+    assert after.allowed  # the 401 consumed nothing
+
+
+def test_one_device_cookie_is_minted_for_every_anonymous_policy_of_a_request() -> None:
+    admission = sentinel().admit(request_view(), ["device", "device.other"])
+
+    cookie = admission.cookie(200)
+    assert cookie is not None
+    assert len({charge.identity.hash for charge in admission.charges}) == 1
+    assert [c.outcome.cookie for c in admission.charges] == [cookie, cookie]
+
+
+def test_no_device_cookie_on_a_response_that_refuses_the_request() -> None:
+    admission = sentinel().admit(request_view(), ["device"])
+
+    assert [admission.cookie(status) for status in (401, 403, 429, 503)] == [None] * 4
+    assert admission.cookie(404) is not None
+
+
+def test_fields_of_two_admissions_of_one_request_join_too() -> None:
+    limiter = sentinel()
+    first = limiter.admit(request_view(headers=AUTH), ["large"])
+    second = limiter.admit(request_view(), ["device"])
+
+    headers, cookie = response_fields([first, second], 200)
+
+    assert dict(headers)["RateLimit"].split(", ")[1].startswith('"device";')
+    assert cookie is not None
+
+
+def test_completion_runs_once_whatever_calls_it() -> None:
+    admission = sentinel().admit(request_view(headers=AUTH), ["large"])
+
+    admission.complete(SERVER_ERROR)
+    admission.complete(200)
+
+    assert admission.outcomes[0].allowed
+
+
+async def test_the_async_lifecycle_follows_the_same_rules() -> None:
+    limiter = sentinel()
+    first = await limiter.aadmit(request_view(headers=AUTH), ["small"])
+    second = await limiter.aadmit(request_view(headers=AUTH), ["large", "small"])
+
+    await first.acomplete(CANCELLED)
+    await first.acomplete(200)
+    await second.acomplete(200)  # a denied admission settled itself
+
+    assert first.allowed
+    assert second.denial is not None
+    assert second.denial.status == 429
+
+
+def test_completion_hands_the_concurrency_lease_back_whatever_the_status() -> None:
+    limiter = sentinel()
+    held = limiter.admit(request_view(headers=AUTH), ["slots"])
+    blocked = limiter.admit(request_view(headers=AUTH), ["slots"])
+
+    held.complete(SERVER_ERROR)
+    after = limiter.admit(request_view(headers=AUTH), ["slots"])
+
+    assert held.allowed
+    assert blocked.denial is not None
+    assert blocked.denial.status == 429
+    assert after.allowed
+
+
+async def test_a_denial_on_a_later_id_hands_back_the_lease_taken_on_an_earlier_one() -> None:
+    limiter = sentinel()
+    await limiter.aadmit(request_view(headers=AUTH), ["small"])
+
+    denied = await limiter.aadmit(request_view(headers=AUTH), ["slots", "small"])
+    held = await limiter.aadmit(request_view(headers=AUTH), ["slots"])
+    await held.acomplete(CANCELLED)
+    again = await limiter.aadmit(request_view(headers=AUTH), ["slots"])
+
+    assert not denied.allowed
+    assert held.allowed  # the denied request's lease was not kept
+    assert again.allowed
+
+
+def test_joining_keeps_headers_that_are_not_lists_as_they_are() -> None:
+    outcomes = [
+        Outcome(True, 200, (("RateLimit", '"a";r=1'), ("X-Other", "1"))),
+        Outcome(True, 200, (("RateLimit", '"b";r=2'),)),
+    ]
+
+    assert join_fields(outcomes) == [("RateLimit", '"a";r=1, "b";r=2'), ("X-Other", "1")]
