@@ -76,6 +76,9 @@ class Policy:
     """Anonymous policies: the rate of the bucket shared by a whole network (IPv4
     address or IPv6 /64), charged together with the device's own bucket."""
     network_burst: int | None = None
+    layers: tuple[Rate, ...] = ()
+    """Layered limits (``rates``): the limits after ``rate``, each of capacity its count;
+    every one must allow."""
     lease_seconds: int = 60
     """Concurrency policies: how long a lease outlives a process that died holding it."""
     fallback_limit: int | None = None
@@ -84,6 +87,11 @@ class Policy:
     """Quota policies: the calendar period counted, ``"day"``, ``"week"`` or ``"month"``."""
     timezone: str = "UTC"
     """Quota policies: the IANA time zone whose calendar aligns the periods."""
+
+    @property
+    def limits(self) -> tuple[tuple[Rate, int], ...]:
+        """Every limit as (rate, capacity): ``rate`` and ``burst``, then the layers."""
+        return ((self.rate, self.burst), *((layer, layer.count) for layer in self.layers))
 
     @property
     def limit(self) -> int:
@@ -118,3 +126,6 @@ class Decision:
     local: bool = False
     """Answered in this process from a denial the store gave moments ago (SPEC §3,
     local denials), without a Redis call."""
+    limit_index: int = 0
+    """Which of the policy's limits (`Policy.limits`) ``limit``, ``remaining`` and
+    ``reset_seconds`` describe: for layered limits, the one closest to binding."""

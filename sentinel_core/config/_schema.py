@@ -25,6 +25,7 @@ from sentinel_core.config._identity import (
     parse_anonymous,
     parse_jwt,
 )
+from sentinel_core.config._layers import parse_rates
 from sentinel_core.config._limits import LEASE_OR_QUOTA, parse_lease_or_quota
 from sentinel_core.config._network import ExemptConfig, Network, parse_exempt, parse_networks
 from sentinel_core.config._reader import Section, parse_rate
@@ -194,11 +195,9 @@ def _parse_policy(section: Section, endpoint_id: str, anonymous: AnonymousConfig
     algorithm: Algorithm = _choice(section, "algorithm", Algorithm)
     if algorithm in LEASE_OR_QUOTA:
         return parse_lease_or_quota(section, endpoint_id, algorithm)
-    if not section.has("rate"):
-        raise ConfigError(section.path("rate"), "missing key")
-    rate = parse_rate(section.raw("rate"), section.path("rate"))
     fail_mode: FailMode = _choice(section, "fail_mode", FailMode)
     identity: IdentityKind = _choice(section, "identity", IdentityKind, IdentityKind.TENANT)
+    rate, layers = parse_rates(section, algorithm, identity)
     if identity is IdentityKind.ANONYMOUS and anonymous is None:
         raise ConfigError(section.path("identity"), "anonymous policies need the anonymous section")
     if algorithm is Algorithm.TOKEN_BUCKET:
@@ -217,9 +216,10 @@ def _parse_policy(section: Section, endpoint_id: str, anonymous: AnonymousConfig
             section.path("fallback_rate"), "missing key: fail-open needs a fallback_rate"
         )
     cost = section.integer("cost", 1)
-    if cost > burst:
+    smallest = min((burst, *(layer.count for layer in layers)))
+    if cost > smallest:
         raise ConfigError(
-            section.path("cost"), f"cost {cost} exceeds the limit {burst}: never admitted"
+            section.path("cost"), f"cost {cost} exceeds the limit {smallest}: never admitted"
         )
     network_rate, network_burst = _parse_network(section, algorithm, identity, rate, burst, cost)
     policy = Policy(
@@ -235,9 +235,12 @@ def _parse_policy(section: Section, endpoint_id: str, anonymous: AnonymousConfig
         cost=cost,
         network_rate=network_rate,
         network_burst=network_burst,
+        layers=layers,
     )
     section.finish()
     _check_exact(algorithm, rate, burst, cost, section, "rate", "burst")
+    for layer in layers:
+        _check_exact(algorithm, layer, layer.count, cost, section, "rates", "rates")
     if network_rate is not None and network_burst is not None:
         _check_exact(
             algorithm, network_rate, network_burst, cost, section, "network_rate", "network_burst"

@@ -179,6 +179,7 @@ class Attempt:
             remembered.retry_after_seconds(now),
             remembered.reset_seconds(now),
             local=True,
+            index=remembered.limit_index,
         )
 
     def succeeded(self, raw_reply: Any) -> Decision:
@@ -186,16 +187,27 @@ class Attempt:
         assert self.permit is not None
         reply = ScriptReply(*raw_reply)
         self._engine.breaker.record_success(self.permit)
+        # Layered limits: the bucket closest to binding is the reply's binding key.
+        index = reply.binding - 1 if self.policy.layers else 0
         if reply.allowed:
             return self._finish(
-                True, DecisionReason.ALLOWED, reply.remaining, None, reply.reset_seconds
+                True,
+                DecisionReason.ALLOWED,
+                reply.remaining,
+                None,
+                reply.reset_seconds,
+                index=index,
             )
         retry_after, reset = reply.retry_after_seconds, reply.reset_seconds
         if self._sent_ns is not None:
-            self._remember(self._sent_ns, reply, retry_after, reset)
-        return self._finish(False, DecisionReason.RATE_LIMITED, reply.remaining, retry_after, reset)
+            self._remember(self._sent_ns, reply, retry_after, reset, index)
+        return self._finish(
+            False, DecisionReason.RATE_LIMITED, reply.remaining, retry_after, reset, index=index
+        )
 
-    def _remember(self, sent_ns: int, reply: ScriptReply, retry_after: int, reset: int) -> None:
+    def _remember(
+        self, sent_ns: int, reply: ScriptReply, retry_after: int, reset: int, index: int
+    ) -> None:
         call = self.call
         local = self._engine.local_denials
         # wait_us counts from the script's TIME, which is after sent_ns: counted from
@@ -212,6 +224,7 @@ class Attempt:
             local.clock_ns(),
             retry_after * 1_000_000,
             reset * 1_000_000,
+            index,
         )
 
     def failed(self, exc: StoreError) -> Decision:
@@ -261,6 +274,7 @@ class Attempt:
         lease: Lease | None = None,
         *,
         local: bool = False,
+        index: int = 0,
     ) -> Decision:
         policy = self.policy
         if policy.algorithm is Algorithm.CONCURRENCY and reason is DecisionReason.ALLOWED:
@@ -270,7 +284,7 @@ class Attempt:
             allowed or policy.shadow,
             reason,
             policy.endpoint_id,
-            policy.limit,
+            policy.limits[index][1] if index else policy.limit,
             remaining,
             None if allowed else retry_after,
             reset,
@@ -281,6 +295,7 @@ class Attempt:
             allowed,
             lease,
             local,
+            index,
         )
         self._engine.hooks.decision(decision, self.request)
         return decision

@@ -47,6 +47,8 @@ class Remembered(NamedTuple):
     args: tuple[int, ...]
     """The script arguments (rates, cost) the denial was decided with: a request with
     other arguments (a plugin resolved another policy) asks the store."""
+    limit_index: int = 0
+    """Layered limits: which limit denied (`Decision.limit_index`)."""
 
     def retry_after_seconds(self, now_ns: int) -> int:
         """Whole seconds until ``retry_at_ns``, at least 1: counts down."""
@@ -98,6 +100,7 @@ class LocalDenials:
         received_ns: int,
         retry_us: int,
         reset_us: int,
+        limit_index: int = 0,
     ) -> None:
         """File a store denial: ``waits`` pairs a bucket key with the microseconds from
         the script's TIME until that key can admit ``args``' cost again (a lower bound);
@@ -109,7 +112,7 @@ class LocalDenials:
             if until > sent_ns:
                 retry_at = received_ns + retry_us * _NS_PER_US
                 reset_at = received_ns + reset_us * _NS_PER_US
-                entries.append((key, Remembered(until, retry_at, reset_at, args)))
+                entries.append((key, Remembered(until, retry_at, reset_at, args, limit_index)))
         if not entries:
             return
         with self._lock:

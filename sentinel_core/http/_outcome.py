@@ -277,6 +277,8 @@ def ratelimit_headers(decision: Decision, *, emergency: bool = False) -> list[tu
         policy.algorithm is Algorithm.QUOTA and not emergency
     ):
         return _unwindowed_headers(decision, name, pk, emergency)
+    if policy.layers and not emergency:
+        return _layered_headers(decision, pk)
     if emergency and policy.fallback_rate is not None:
         rate = policy.fallback_rate
         capacity = emergency_capacity_micro(rate) // MICRO
@@ -321,12 +323,35 @@ def _sf_string_content(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _window_seconds(policy: Policy) -> int:
-    """The sliding window's length, or the time a token bucket takes to refill fully."""
-    rate = policy.rate
+def _window_seconds(policy: Policy, limit: int = 0) -> int:
+    """The sliding window's length, or the time a token bucket takes to refill fully
+    (of the policy's ``limit``-th limit)."""
+    rate, capacity = policy.limits[limit] if limit else (policy.rate, policy.burst)
     if policy.algorithm is Algorithm.SLIDING_WINDOW:
         return rate.period_seconds
-    return max(1, -(-policy.burst * rate.period_seconds // rate.count))
+    return max(1, -(-capacity * rate.period_seconds // rate.count))
+
+
+_UNITS = {1: "second", 60: "minute", 3_600: "hour", 86_400: "day"}
+
+
+def _layered_headers(decision: Decision, pk: str) -> list[tuple[str, str]]:
+    """Layered limits: ``RateLimit-Policy`` lists every limit, each named
+    ``"<endpoint id>/<unit>"``; ``RateLimit`` reports the one closest to binding."""
+    policy = decision.policy
+    names = [
+        f'"{_sf_string_content(f"{decision.endpoint_id}/{_UNITS[rate.period_seconds]}")}"'
+        for rate, _ in policy.limits
+    ]
+    items = [
+        f"{name};q={capacity};w={_window_seconds(policy, index)};pk=:{pk}:"
+        for index, (name, (_, capacity)) in enumerate(zip(names, policy.limits, strict=True))
+    ]
+    name = names[decision.limit_index]
+    return [
+        ("RateLimit-Policy", ", ".join(items)),
+        ("RateLimit", f"{name};r={decision.remaining};t={decision.reset_seconds};pk=:{pk}:"),
+    ]
 
 
 def _custom_identity(custom: object) -> Identity | None:

@@ -72,7 +72,12 @@ class TenantIdentity:
         return f"TenantIdentity(hash={self.hash[:12]}...)"
 
     def bucket_keys(self, policy: Policy) -> tuple[str, ...]:
-        return (f"sentinel:v1:{{{self.hash}}}:{policy.endpoint_id}:{policy.version}",)
+        """One key per limit: the first under the plain key, a layer ``i`` (from 1)
+        under the plain key and ``:i``, all in the tenant's slot."""
+        key = f"sentinel:v1:{{{self.hash}}}:{policy.endpoint_id}:{policy.version}"
+        if not policy.layers:
+            return (key,)
+        return (key, *(f"{key}:{index}" for index in range(1, len(policy.layers) + 1)))
 
 
 _RECENT_TENANTS_MAX = 4_096

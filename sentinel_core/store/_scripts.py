@@ -69,9 +69,15 @@ def bucket_parameters(algorithm: Algorithm, rate: Rate, burst: int, cost: int) -
 @lru_cache(maxsize=1_024)  # bounded: a plugin may mint a policy per request
 def script_args(policy: Policy, mode: Mode = Mode.DECIDE, keys: int = 1) -> tuple[int, ...]:
     """The ARGV of a call of ``policy`` over ``keys`` buckets (see each script's header):
-    the mode, then the device's parameter set and the network's for the anonymous AND,
-    or else the policy's own set for every key."""
+    the mode, then one set per limit of a layered policy, the device's set and the
+    network's for the anonymous AND, or else the policy's own set for every key."""
     own = bucket_parameters(policy.algorithm, policy.rate, policy.burst, policy.cost)
+    if policy.layers and keys == len(policy.layers) + 1:
+        layers = (
+            bucket_parameters(policy.algorithm, rate, burst, policy.cost)
+            for rate, burst in policy.limits
+        )
+        return (int(mode), *(arg for layer in layers for arg in layer))
     if keys == 2 and policy.network_rate is not None and policy.network_burst is not None:
         network = bucket_parameters(
             policy.algorithm, policy.network_rate, policy.network_burst, policy.cost

@@ -1,0 +1,158 @@
+"""Layered limits (SPEC §2, issue 17): ``rates = [...]`` on a token bucket or sliding
+window policy. Every limit must allow, all are decided in one script call, the
+RateLimit headers list each limit and report the one closest to binding, and
+Retry-After is the latest of the limits that deny."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from prometheus_client import CollectorRegistry
+
+from sentinel_core import ConfigError, Sentinel, load_config
+from sentinel_core.http._outcome import ratelimit_headers
+from sentinel_core.identity._keys import TenantIdentity
+from tests.conftest import make_config
+
+ALGORITHMS = ["token_bucket", "sliding_window"]
+
+
+def policy(algorithm: str, rates: list[str], **fields: Any) -> dict[str, Any]:
+    return {"algorithm": algorithm, "rates": rates, "fail_mode": "closed", **fields}
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "memory":
+        return "memory://"
+    url: str = request.getfixturevalue("redis_url")
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    client.close()
+    return url
+
+
+@pytest.fixture
+def make(store_url: str) -> Iterator[Any]:
+    made: list[Sentinel] = []
+
+    def build(**policies: dict[str, Any]) -> Sentinel:
+        sentinel = Sentinel(
+            make_config(store_url, **policies), registry=CollectorRegistry(), entry_points=False
+        )
+        made.append(sentinel)
+        return sentinel
+
+    yield build
+    for sentinel in made:
+        sentinel.close()
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_the_smaller_limit_binds(make: Any, algorithm: str) -> None:
+    sentinel = make(api=policy(algorithm, ["5/minute", "3/hour"]))
+    decisions = [sentinel.evaluate("api", "tenant-a") for _ in range(5)]
+    assert [d.allowed for d in decisions] == [True, True, True, False, False]
+    assert [d.remaining for d in decisions[:3]] == [2, 1, 0]
+    assert {d.limit_index for d in decisions} == {1}
+    assert {d.limit for d in decisions} == {3}
+    assert sentinel.evaluate("api", "tenant-b").allowed  # per tenant
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_retry_after_is_the_latest_of_the_denying_limits(make: Any, algorithm: str) -> None:
+    sentinel = make(
+        one=policy(algorithm, ["1/minute", "2/hour"]),
+        both=policy(algorithm, ["1/minute", "1/hour"]),
+    )
+    assert sentinel.evaluate("one", "t").allowed
+    minute_only = sentinel.evaluate("one", "t")
+    assert not minute_only.allowed
+    assert minute_only.retry_after_seconds is not None
+    assert 1 <= minute_only.retry_after_seconds <= 120
+    assert sentinel.evaluate("both", "t").allowed
+    both = sentinel.evaluate("both", "t")
+    assert both.retry_after_seconds is not None
+    assert 3_000 <= both.retry_after_seconds <= 3 * 3_600
+
+
+def test_headers_list_every_limit_and_report_the_binding_one(make: Any) -> None:
+    sentinel = make(api=policy("token_bucket", ["10/second", "1000/day"]))
+    decision = sentinel.evaluate("api", "tenant-a")
+    headers = dict(ratelimit_headers(decision))
+    items = headers["RateLimit-Policy"].split(", ")
+    assert [item.split(";")[0] for item in items] == ['"api/second"', '"api/day"']
+    assert [item.split(";")[1] for item in items] == ["q=10", "q=1000"]
+    assert headers["RateLimit"].startswith('"api/second";r=9;')
+    for _ in range(9):
+        decision = sentinel.evaluate("api", "tenant-a")
+    assert not sentinel.evaluate("api", "tenant-a").allowed
+    assert dict(ratelimit_headers(decision))["RateLimit"].startswith('"api/second";r=0;')
+
+
+def test_one_evalsha_per_decision_and_a_key_per_limit_in_one_slot(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    client.flushall()
+    sentinel = Sentinel(
+        make_config(redis_url, api=policy("sliding_window", ["2/second", "3/minute", "4/hour"])),
+        registry=CollectorRegistry(),
+        entry_points=False,
+    )
+    try:
+        sentinel.evaluate("api", "warm-up")  # loads the script
+        client.config_resetstat()
+        decisions = [sentinel.evaluate("api", "tenant-a") for _ in range(4)]
+        keys = TenantIdentity("tenant-a").bucket_keys(sentinel.engine.policy("api"))
+    finally:
+        sentinel.close()
+    stats = client.info("commandstats")
+    client.close()
+    assert [d.allowed for d in decisions] == [True, True, False, False]
+    # one EVALSHA for each decision the store made (the last one is a local denial)
+    assert [d.local for d in decisions] == [False, False, False, True]
+    assert stats["cmdstat_evalsha"]["calls"] == 3
+    assert len(keys) == 3
+    assert len({key.split("{")[1].split("}")[0] for key in keys}) == 1
+    assert keys[1:] == (f"{keys[0]}:1", f"{keys[0]}:2")
+
+
+@pytest.mark.parametrize(
+    ("fields", "path", "fragment"),
+    [
+        ({"rate": "1/second"}, "rates", "either rate or rates"),
+        ({"burst": 3}, "burst", "does not combine"),
+        ({"rates": []}, "rates", "non-empty list"),
+        ({"rates": "1/second"}, "rates", "non-empty list"),
+        ({"rates": ["1/second", "x"]}, "rates[1]", "expected"),
+        ({"rates": ["1/second", "2/second"]}, "rates", "two limits per unit"),
+        ({"cost": 3, "rates": ["10/second", "2/day"]}, "cost", "exceeds the limit 2"),
+        ({"rates": ["1/second", "200000/day"], "algorithm": "sliding_window"}, "rates", "2**53"),
+    ],
+)
+def test_layered_config_errors_name_their_key(
+    fields: dict[str, Any], path: str, fragment: str
+) -> None:
+    config = make_config("memory://", api=policy("token_bucket", ["10/second", "1000/day"]))
+    config["policies"]["api"].update(fields)
+    with pytest.raises(ConfigError) as info:
+        load_config(config)
+    assert info.value.path == f"policies.api.{path}"
+    assert fragment in str(info.value)
+
+
+def test_layered_limits_are_for_tenant_policies() -> None:
+    config = make_config(
+        "memory://", api=policy("token_bucket", ["10/second", "1000/day"], identity="anonymous")
+    )
+    config["anonymous"] = {"cookie_secret": "s" * 32}
+    with pytest.raises(ConfigError, match="tenant policies"):
+        load_config(config)
+
+
+def test_a_single_entry_is_a_plain_rate() -> None:
+    config = make_config("memory://", api=policy("token_bucket", ["10/second"]))
+    loaded = load_config(config).policies["api"]
+    assert (loaded.rate.count, loaded.layers) == (10, ())
