@@ -61,7 +61,11 @@ def run_schedule(
         return reply
 
     def identity(device: int) -> Identity:
-        return AnonymousIdentity(f"device-{device}", name) if anonymous else TenantIdentity(name)
+        return (
+            AnonymousIdentity(f"device-{device}", name, b"k" * 32)
+            if anonymous
+            else TenantIdentity(name)
+        )
 
     store.run = run  # type: ignore[method-assign]
     barrier = threading.Barrier(len(schedules))
