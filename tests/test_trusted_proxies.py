@@ -16,6 +16,8 @@ from sentinel_core import ConfigError, load_config
 from sentinel_core.identity._client_address import MAX_HEADER_LENGTH, ClientAddresses
 from tests.support.http import Headers
 
+pytestmark = pytest.mark.security
+
 PROXIES = ClientAddresses(
     [ipaddress.ip_network("192.0.2.0/24"), ipaddress.ip_network("2001:db8:ffff::/48")]
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from django_harness import Configure, Http
 
 from tests.support.adapter_config import bearer
@@ -69,6 +70,7 @@ def test_an_exempt_network_needs_no_token_and_never_reaches_the_store(
     assert http.post(f"{http.prefix}/ingest", peer=UNTRUSTED).status_code == 401
 
 
+@pytest.mark.security
 def test_a_forwarded_exempt_network_counts_only_through_the_trusted_proxy(
     http: Http, configure: Configure
 ) -> None:
@@ -89,6 +91,7 @@ def logins(http: Http, peer: str, forwarded_for: list[str]) -> list[int]:
     return statuses
 
 
+@pytest.mark.security
 def test_a_spoofed_forwarded_for_is_ignored_from_an_untrusted_peer(
     http: Http, configure: Configure
 ) -> None:

@@ -5,6 +5,7 @@ included, which Starlette keeps apart)."""
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from tests.fastapi.apps import MakeApp, Probe
 from tests.fastapi.conftest import serve
@@ -68,6 +69,7 @@ async def test_an_exempt_network_needs_no_token_and_never_reaches_the_store(
     assert outside.status_code == 401
 
 
+@pytest.mark.security
 async def test_a_forwarded_exempt_network_counts_only_through_the_trusted_proxy(
     make_app: MakeApp, redis_url: str
 ) -> None:
@@ -92,6 +94,7 @@ async def logins(http: httpx.AsyncClient, forwarded_for: list[str]) -> list[int]
     return statuses
 
 
+@pytest.mark.security
 async def test_a_spoofed_forwarded_for_is_ignored_from_an_untrusted_peer(
     make_app: MakeApp, redis_url: str
 ) -> None:
@@ -115,6 +118,7 @@ async def test_a_forwarded_for_is_honoured_from_a_trusted_proxy(
     assert one_client == [200, 200, 429]
 
 
+@pytest.mark.security
 async def test_a_forwarded_for_sent_on_two_lines_is_read_whole(
     make_app: MakeApp, redis_url: str
 ) -> None:

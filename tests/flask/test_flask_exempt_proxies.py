@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from flask import Flask
 
 from tests.flask.apps import MakeApp
@@ -58,6 +59,7 @@ def test_an_exempt_network_needs_no_token_and_never_reaches_the_store(
     assert post(app, "/v1/ingest").status_code == 401
 
 
+@pytest.mark.security
 def test_a_forwarded_exempt_network_counts_only_through_the_trusted_proxy(
     make_app: MakeApp, redis_url: str
 ) -> None:
@@ -75,6 +77,7 @@ def logins(app: Flask, peer: str, forwarded_for: list[str]) -> list[int]:
     ]
 
 
+@pytest.mark.security
 def test_a_spoofed_forwarded_for_is_ignored_from_an_untrusted_peer(
     make_app: MakeApp, redis_url: str
 ) -> None:
