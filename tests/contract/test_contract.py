@@ -1,4 +1,4 @@
-"""SPEC §4 and §5 as one table, run through every adapter's app factory.
+"""SPEC §4 and §5 (with §2's exemptions and trusted proxies) as one table, run through
 
 Each row is a sequence of requests to the contract app (`harness.ENDPOINTS`) and what
 every response must carry: statuses, RateLimit fields, Retry-After, the problem body,
@@ -172,6 +172,22 @@ def headers_off(replies: list[Reply]) -> None:
     assert int(replies[-1].header("retry-after") or 0) >= 1
 
 
+def exempt(replies: list[Reply]) -> None:
+    """Let through without a word about limits: no RateLimit field, no cookie."""
+    never_guarded(replies)
+    assert all(reply.header("ratelimit-policy") is None for reply in replies)
+    assert all(not reply.set_cookies for reply in replies)
+
+
+def _forwarded(*clients: str) -> list[Any]:
+    """One login per client address, in ``X-Forwarded-For`` (the device cookie kept)."""
+    return [("POST", "/login", {"X-Forwarded-For": client}) for client in clients]
+
+
+PEER_NETWORK = "203.0.113.0/24"
+"""Where every factory's requests come from (the transport's peer)."""
+
+
 def _times(method: str, path: str, n: int, headers: Mapping[str, str] = AUTH) -> list[Any]:
     return [(method, path, headers)] * n
 
@@ -228,6 +244,40 @@ ROWS = [
         [200, 200, 429],
         headers_off,
         {"headers": {"ratelimit": False}},
+    ),
+    Row(
+        "an exempt tenant is never limited",
+        _times("POST", "/decorated", 3),
+        [200, 200, 200],
+        exempt,
+        {"exempt": {"tenants": ["tenant-a"]}},
+    ),
+    Row(
+        "an exempt network needs no token and is never limited",
+        _times("POST", "/decorated", 3, {}) + _times("POST", "/login", 3, {}),
+        [200] * 6,
+        exempt,
+        {"exempt": {"networks": [PEER_NETWORK]}},
+    ),
+    Row(
+        "X-Forwarded-For from an untrusted peer is ignored",
+        _forwarded("198.51.100.1", "198.51.100.2", "198.51.100.3"),
+        [200, 200, 429],
+        config={"trusted_proxies": ["192.0.2.0/24"]},
+    ),
+    Row(
+        "X-Forwarded-For from a trusted proxy names the client",
+        # The device's bucket is per network: each forwarded client starts its own, and
+        # what a client writes left of its own address moves it nowhere.
+        _forwarded(
+            "198.51.100.1",
+            "198.51.100.2",
+            "198.51.100.3",
+            "6.6.6.6, 198.51.100.3",
+            "7.7.7.7, 198.51.100.3",
+        ),
+        [200, 200, 200, 200, 429],
+        config={"trusted_proxies": [PEER_NETWORK]},
     ),
 ]
 
