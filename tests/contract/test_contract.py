@@ -1,4 +1,5 @@
 """SPEC §4 and §5 (with §2's exemptions and trusted proxies) as one table, run through
+every adapter's app factory.
 
 Each row is a sequence of requests to the contract app (`harness.ENDPOINTS`) and what
 every response must carry: statuses, RateLimit fields, Retry-After, the problem body,
