@@ -31,8 +31,27 @@ _MIDDLEWARE = "_sentinel_middleware"
 """On the request: the middleware will finish it (a decorator leaves that to it)."""
 
 
+_REFUSAL = "_sentinel_refusal"
+"""On the request: Sentinel's answer to a request another layer refused for it (a DRF
+throttle), which the middleware sends instead of that layer's own."""
+
+
 def enter_middleware(request: HttpRequest) -> None:
     setattr(request, _MIDDLEWARE, True)
+
+
+def in_middleware(request: HttpRequest) -> bool:
+    return bool(getattr(request, _MIDDLEWARE, False))
+
+
+def refuse(request: HttpRequest, response: HttpResponseBase) -> None:
+    setattr(request, _REFUSAL, response)
+
+
+def refusal(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+    """The response to send: Sentinel's own refusal when one was recorded."""
+    recorded: HttpResponseBase | None = getattr(request, _REFUSAL, None)
+    return response if recorded is None else recorded
 
 
 def unpaid(request: HttpRequest, endpoint_ids: Iterable[str]) -> tuple[str, ...]:
@@ -118,7 +137,7 @@ def serve(request: HttpRequest, endpoint_ids: Sequence[str], view: Callable[[], 
     """The lifecycle around a view called by a decorator; the middleware, when it is
     installed, finishes the request (and converts an exception into a 500) itself."""
     refused = admit(request, endpoint_ids)
-    if refused is not None or getattr(request, _MIDDLEWARE, False):
+    if refused is not None or in_middleware(request):
         return view() if refused is None else refused
     try:
         response = view()
@@ -137,7 +156,7 @@ async def aserve(
 ) -> Any:
     """`serve` for async views."""
     refused = await aadmit(request, endpoint_ids)
-    if refused is not None or getattr(request, _MIDDLEWARE, False):
+    if refused is not None or in_middleware(request):
         return await view() if refused is None else refused
     try:
         response = await view()

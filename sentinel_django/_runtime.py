@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sentinel_core import MEMORY_URL, AsyncStore, Sentinel, StartupError, open_async_store
@@ -42,9 +42,14 @@ class Runtime:
     """A built Sentinel and whether its start-up check has passed."""
 
     def __init__(
-        self, config: Mapping[str, Any], *, clock: Callable[[], float] = time.monotonic
+        self,
+        config: Mapping[str, Any],
+        *,
+        registry: Any = None,
+        plugins: Iterable[object] = (),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.sentinel = DjangoSentinel(config)
+        self.sentinel = DjangoSentinel(config, registry=registry, plugins=plugins)
         self.clock = clock
         self._lock = threading.Lock()
         self._started = False

@@ -2,8 +2,9 @@
 
 ``settings.SENTINEL`` is read when first needed, never at import, so the app can be
 imported before settings are configured. The built instance is cached and rebuilt
-when ``SENTINEL`` changes (``override_settings`` sends ``setting_changed``), so tests
-can swap policies or Redis servers per test.
+when ``SENTINEL``, ``SENTINEL_METRICS_REGISTRY`` or ``SENTINEL_PLUGINS`` changes
+(``override_settings`` sends ``setting_changed``), so tests can swap policies or Redis
+servers per test.
 """
 
 from __future__ import annotations
@@ -15,12 +16,19 @@ from typing import Any
 from django.conf import settings  # type: ignore[import-untyped]
 from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped]
 from django.core.signals import setting_changed  # type: ignore[import-untyped]
+from django.utils.module_loading import import_string  # type: ignore[import-untyped]
 
 from sentinel_core import ConfigError, Sentinel
 
 from ._runtime import Runtime
 
 SETTING = "SENTINEL"
+REGISTRY_SETTING = "SENTINEL_METRICS_REGISTRY"
+"""The ``prometheus_client.CollectorRegistry`` for the metrics, or its dotted path
+(default: prometheus_client's default registry)."""
+PLUGINS_SETTING = "SENTINEL_PLUGINS"
+"""Plugin objects (or their dotted paths) registered besides the entry-point plugins."""
+_SETTINGS = frozenset({SETTING, REGISTRY_SETTING, PLUGINS_SETTING})
 
 
 _lock = threading.Lock()
@@ -65,10 +73,33 @@ def _build() -> Runtime:
     with _lock:
         if _runtime is None:
             try:
-                _runtime = Runtime(load_settings())
+                config = load_settings()
+            except ConfigError as error:
+                raise ImproperlyConfigured(f"settings.{SETTING}: {error}") from error
+            registry = _imported(REGISTRY_SETTING, getattr(settings, REGISTRY_SETTING, None))
+            plugins = [
+                _imported(PLUGINS_SETTING, plugin)
+                for plugin in getattr(settings, PLUGINS_SETTING, ())
+            ]
+            try:
+                _runtime = Runtime(config, registry=registry, plugins=plugins)
             except ConfigError as error:
                 raise ImproperlyConfigured(f"settings.{SETTING}: {error}") from error
         return _runtime
+
+
+def _imported(setting: str, value: Any) -> Any:
+    """``value``, or the object its dotted path names.
+
+    Raises:
+        ImproperlyConfigured: a dotted path that does not import.
+    """
+    if not isinstance(value, str):
+        return value
+    try:
+        return import_string(value)
+    except ImportError as error:
+        raise ImproperlyConfigured(f"settings.{setting}: {error}") from error
 
 
 def reset() -> None:
@@ -81,7 +112,7 @@ def reset() -> None:
 
 
 def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting == SETTING:
+    if setting in _SETTINGS:
         reset()
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase  # type: ignore[import-untyped]
 
-from ._lifecycle import aadmit, admit, afinish, enter_middleware, finish, route_ids
+from ._lifecycle import aadmit, admit, afinish, enter_middleware, finish, refusal, route_ids
 from .decorators import method_endpoints
 
 GetResponse = Callable[[HttpRequest], Any]
@@ -50,14 +50,14 @@ class SentinelMiddleware:
         if self.async_mode:
             return self.__acall__(request)
         enter_middleware(request)
-        response = self.get_response(request)
+        response = refusal(request, self.get_response(request))
         finish(request, response)
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         get_response: Callable[[HttpRequest], Awaitable[HttpResponseBase]] = self.get_response
         enter_middleware(request)
-        response = await get_response(request)
+        response = refusal(request, await get_response(request))
         await afinish(request, response)
         return response
 
