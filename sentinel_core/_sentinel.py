@@ -19,6 +19,7 @@ from typing import Any
 from sentinel_core._models import Algorithm, Decision, Policy
 from sentinel_core._plugins import Hooks, make_plugin_manager
 from sentinel_core.config._schema import SentinelConfig, load_config
+from sentinel_core.decision._admin import admin_call, peeked
 from sentinel_core.decision._calendar import Calendars
 from sentinel_core.decision._engine import DecisionEngine
 from sentinel_core.decision._leases import Lease, store_lease
@@ -36,6 +37,7 @@ from sentinel_core.resilience._emergency import EmergencyLimiter
 from sentinel_core.store._connect import open_async_store, open_sync_store
 from sentinel_core.store._protocol import ServerReport
 from sentinel_core.store._redis import MEMORY_URL, AsyncStore, MemoryStore, SyncStore
+from sentinel_core.store._reference import Mode
 
 logger = logging.getLogger("sentinel")
 
@@ -281,6 +283,43 @@ class Sentinel:
         policy = self.engine.policy(endpoint_id)
         call = usage_call(self.engine, policy, _identity(identity))
         return usage_of(policy, call, await self.async_store.arun(call))
+
+    def peek(self, endpoint_id: str, identity: str | Identity) -> Decision:
+        """The `Decision` a request of ``identity`` would get now, without consuming
+        anything: the store writes nothing, and no metric or log is made.
+
+        Raises:
+            StoreError: the store is unavailable.
+            ValueError: the policy is a quota or concurrency one (see `usage`).
+        """
+        policy, who = self.engine.policy(endpoint_id), _identity(identity)
+        call = admin_call(policy, who, Mode.PEEK)
+        return peeked(policy, who, self.store.run(call))
+
+    async def apeek(self, endpoint_id: str, identity: str | Identity) -> Decision:
+        """`peek` on the asyncio store."""
+        policy, who = self.engine.policy(endpoint_id), _identity(identity)
+        call = admin_call(policy, who, Mode.PEEK)
+        return peeked(policy, who, await self.async_store.arun(call))
+
+    def reset(self, endpoint_id: str, identity: str | Identity) -> None:
+        """Refill ``identity``'s buckets of ``endpoint_id`` (an administrative action:
+        support, tests), by script. This process forgets its local denials of them at
+        once; other processes within ``local_denials_ms``.
+
+        Raises:
+            StoreError: the store is unavailable.
+            ValueError: the policy is a quota or concurrency one.
+        """
+        call = admin_call(self.engine.policy(endpoint_id), _identity(identity), Mode.RESET)
+        self.store.run(call)
+        self.engine.local_denials.forget(call.keys)
+
+    async def areset(self, endpoint_id: str, identity: str | Identity) -> None:
+        """`reset` on the asyncio store."""
+        call = admin_call(self.engine.policy(endpoint_id), _identity(identity), Mode.RESET)
+        await self.async_store.arun(call)
+        self.engine.local_denials.forget(call.keys)
 
     def validate_endpoint(self, endpoint_id: str) -> Policy:
         """Raise at startup, not on the first request, for an id that cannot be guarded

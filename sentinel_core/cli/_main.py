@@ -1,5 +1,5 @@
 """The ``sentinel`` command line (SPEC §8): ``sentinel check``, ``sentinel demo`` and
-``sentinel usage`` (in `_usage`).
+``sentinel usage`` (in `_usage`), ``sentinel peek`` and ``sentinel reset`` (in `_admin`).
 
 ``check`` runs the same start-up check an adapter runs, but prints every line of it
 instead of stopping at the first problem. ``demo`` sends requests through
@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from prometheus_client import CollectorRegistry
 
 from sentinel_core._sentinel import Sentinel
+from sentinel_core.cli._admin import add_admin_commands
 from sentinel_core.cli._console import (
     EXIT_FAILED,
     EXIT_OK,
@@ -92,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
         "--redis", metavar="URL", type=redis_url, help="run the bursts on this Redis server"
     )
     demo.set_defaults(command=run_demo)
+    add_admin_commands(commands)
     add_usage_command(commands)
     return parser
 

@@ -1,0 +1,175 @@
+"""Peek and reset (SPEC §3, §8; issue 17): `Sentinel.peek`/`apeek` give the decision a
+request would get and write nothing (the bucket's value and PTTL untouched);
+`reset`/`areset` refill one identity's buckets by script; ``sentinel peek`` and
+``sentinel reset`` do the same from a shell."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from prometheus_client import CollectorRegistry
+
+from sentinel_core import Sentinel
+from sentinel_core.cli._main import main
+from sentinel_core.errors import UnknownEndpointError
+from sentinel_core.identity._keys import TenantIdentity
+from tests.conftest import make_config
+from tests.support.redis_server import free_port
+
+POLICIES: dict[str, dict[str, Any]] = {
+    "tb": {"algorithm": "token_bucket", "rate": "1/hour", "burst": 3, "fail_mode": "closed"},
+    "sw": {"algorithm": "sliding_window", "rate": "3/hour", "fail_mode": "closed"},
+    "layered": {"algorithm": "token_bucket", "rates": ["3/minute", "5/day"], "fail_mode": "closed"},
+    "leases": {"algorithm": "concurrency", "limit": 2, "fail_mode": "closed"},
+}
+BUCKETS = ["tb", "sw", "layered"]
+
+
+@pytest.fixture
+def sentinel(redis_url: str) -> Iterator[Sentinel]:
+    client = redis.Redis.from_url(redis_url)
+    client.flushall()
+    client.close()
+    sentinel = Sentinel(
+        make_config(redis_url, **POLICIES), registry=CollectorRegistry(), entry_points=False
+    )
+    yield sentinel
+    sentinel.close()
+
+
+def state(sentinel: Sentinel, client: redis.Redis, endpoint_id: str) -> list[Any]:
+    keys = TenantIdentity("t").bucket_keys(sentinel.engine.policy(endpoint_id))
+    return [(client.get(key), client.pttl(key)) for key in keys]
+
+
+@pytest.mark.parametrize("endpoint_id", BUCKETS)
+def test_peek_leaves_the_value_and_the_ttl_untouched(
+    sentinel: Sentinel, redis_url: str, endpoint_id: str
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert sentinel.peek(endpoint_id, "t").remaining == 2  # a fresh bucket: nothing written
+        assert all(value is None for value, _ in state(sentinel, client, endpoint_id))
+        sentinel.evaluate(endpoint_id, "t")
+        before = state(sentinel, client, endpoint_id)
+        peeks = [sentinel.peek(endpoint_id, "t") for _ in range(5)]
+        after = state(sentinel, client, endpoint_id)
+    finally:
+        client.close()
+    assert {(d.allowed, d.remaining) for d in peeks} == {(True, 1)}
+    for (value, ttl), (value_after, ttl_after) in zip(before, after, strict=True):
+        assert value_after == value
+        assert 0 <= ttl - ttl_after <= 1_000  # only time passed: never extended
+    assert sentinel.evaluate(endpoint_id, "t").remaining == 1  # the peeks took nothing
+
+
+@pytest.mark.parametrize("endpoint_id", BUCKETS)
+def test_reset_restores_the_full_burst(sentinel: Sentinel, endpoint_id: str) -> None:
+    assert [sentinel.evaluate(endpoint_id, "t").allowed for _ in range(4)] == [True] * 3 + [False]
+    denied = sentinel.peek(endpoint_id, "t")
+    assert not denied.allowed
+    assert denied.retry_after_seconds is not None
+    sentinel.reset(endpoint_id, "t")
+    # the local denial this process remembered is gone too
+    assert [sentinel.evaluate(endpoint_id, "t").allowed for _ in range(4)] == [True] * 3 + [False]
+
+
+@pytest.mark.parametrize("endpoint_id", BUCKETS)
+async def test_the_async_twins(sentinel: Sentinel, endpoint_id: str) -> None:
+    try:
+        for _ in range(3):
+            await sentinel.aevaluate(endpoint_id, "t")
+        assert not (await sentinel.apeek(endpoint_id, "t")).allowed
+        await sentinel.areset(endpoint_id, "t")
+        assert (await sentinel.apeek(endpoint_id, "t")).remaining == 2
+        assert (await sentinel.aevaluate(endpoint_id, "t")).allowed
+    finally:
+        await sentinel.aclose()
+
+
+def test_peek_on_the_memory_store_and_a_shadow_policy() -> None:
+    policy = {**POLICIES["tb"], "shadow": True}
+    sentinel = Sentinel(
+        make_config("memory://", tb=policy), registry=CollectorRegistry(), entry_points=False
+    )
+    for _ in range(3):
+        sentinel.evaluate("tb", "t")
+    peek = sentinel.peek("tb", "t")
+    assert (peek.allowed, peek.would_allow, peek.shadow) == (True, False, True)
+
+
+def test_peek_and_reset_refuse_what_they_do_not_apply_to(sentinel: Sentinel) -> None:
+    with pytest.raises(ValueError, match="concurrency"):
+        sentinel.peek("leases", "t")
+    with pytest.raises(ValueError, match="usage"):
+        sentinel.reset("leases", "t")
+    with pytest.raises(UnknownEndpointError):
+        sentinel.peek("nope", "t")
+
+
+# -- the command line ------------------------------------------------------------------
+
+
+def write(tmp_path: Path, url: str) -> str:
+    path = tmp_path / "sentinel.toml"
+    path.write_text(
+        f'[sentinel]\nredis_url = "{url}"\n'
+        '[sentinel.policies."api.tb"]\nalgorithm = "token_bucket"\nrate = "1/hour"\n'
+        'burst = 2\nfail_mode = "closed"\n'
+        '[sentinel.policies."api.leases"]\nalgorithm = "concurrency"\nlimit = 2\n'
+        'fail_mode = "closed"\n',
+        encoding="utf-8",
+    )
+    return str(path)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_the_cli_peeks_and_resets(
+    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write(tmp_path, redis_url)
+    client = redis.Redis.from_url(redis_url)
+    client.flushall()
+    client.close()
+    sentinel = Sentinel(config, registry=CollectorRegistry(), entry_points=False)
+    try:
+        assert run(capsys, "peek", config, "api.tb", "acme") == (
+            0,
+            "sentinel peek: api.tb: allowed (1 of 2 would remain, full in 3600s)\n",
+        )
+        sentinel.evaluate("api.tb", "acme")
+        sentinel.evaluate("api.tb", "acme")
+        code, out = run(capsys, "peek", config, "api.tb", "acme")
+        assert code == 0
+        assert out.startswith("sentinel peek: api.tb: rate_limited (0 of 2 would remain")
+        assert "retry after" in out
+        assert run(capsys, "reset", config, "api.tb", "acme") == (
+            0,
+            "sentinel reset: api.tb: acme's buckets are full again\n",
+        )
+        assert sentinel.peek("api.tb", "acme").remaining == 1
+    finally:
+        sentinel.close()
+
+
+def test_the_cli_says_what_is_wrong(
+    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write(tmp_path, redis_url)
+    code, out = run(capsys, "reset", config, "api.leases", "acme")
+    assert (code, "token_bucket and sliding_window" in out) == (2, True)
+    code, out = run(capsys, "peek", config, "api.nope", "acme")
+    assert (code, "api.nope" in out) == (2, True)
+    code, out = run(capsys, "peek", str(tmp_path / "absent.toml"), "api.tb", "acme")
+    assert (code, "configuration error" in out) == (2, True)
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    code, out = run(capsys, "reset", config, "api.tb", "acme", "--redis", dead)
+    assert (code, "cannot reach" in out) == (1, True)
