@@ -117,7 +117,10 @@ def bars_png(
     plt = _pyplot()
     figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.8))
     for axis, (label, values) in zip(axes, panels, strict=True):
-        axis.bar(range(len(names)), [max(v, 1e-6) for v in values])
+        # a log scale has no zero: draw zeros as a sliver below the smallest value
+        floor = min((v for v in values if v > 0), default=1.0) / 3
+        axis.bar(range(len(names)), [max(v, floor) for v in values])
+        axis.set_ylim(bottom=floor / 1.5)
         axis.set_xticks(list(range(len(names))), names, fontsize=7, rotation=35, ha="right")
         axis.set_yscale("log")
         axis.set_title(label, fontsize=9)

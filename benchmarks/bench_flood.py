@@ -4,26 +4,30 @@ beside Flask-Limiter, slowapi and django-ratelimit, through real servers.
 Each contender is a real server with 4 worker processes on loopback (gunicorn -w 4
 for Flask and Django, uvicorn --workers 4 for FastAPI), on a fresh redis-server of its
 own, with one limit of ``10/minute`` for one identity (Sentinel: a JWT tenant; the
-peers: their documented key, the client address). ``wrk`` floods ``/limited`` with 16
-connections for ``--seconds`` (30 by default), nearly every request denied. Measured:
+peers: their documented key, the client address). All servers run at once and are
+measured in interleaved rounds (A, B, C, ..., then B, C, ..., A), so load from elsewhere
+on the machine spreads over all of them. ``wrk`` floods ``/limited`` with 16
+connections, ``--seconds`` per contender (30 by default) in rounds of ``--chunk``
+seconds, nearly every request denied. Measured:
 
 * **Redis commands per denied request**: every command Redis ran (``INFO
   commandstats``, those run inside scripts included, the benchmark's own INFO/CONFIG
   excluded) over the denials;
 * **CPU seconds per 1,000 denials**: user + system time of the server's processes
-  (master and workers, from ``/proc``) over the flood, per 1,000 denials;
-* **log lines per second**, written by the workers with INFO logging on (each
+  (master and workers, from ``/proc``) during its flood rounds, per 1,000 denials;
+* **log lines per second** of flood, written by the workers with INFO logging on (each
   library's own records: Flask-Limiter and slowapi log every breach at INFO, Sentinel
-  at most one WARNING per endpoint, identity and reason per second and process);
+  at most one WARNING per endpoint, identity and reason per second and process; each
+  flood round starts a fresh second, so 3 rounds of 10 s allow 11 lines per worker);
 * **p50 of a denied response** and the **in-stack floor**: after the flood, one
-  connection sends sequential requests, rounds interleaved, to ``/bare`` (same
-  handler, no limiter), ``/evalsha`` (the handler awaiting one bare ``EVALSHA``) and
-  ``/limited`` (denied). The denial's *added* p50 is ``limited - bare``; the floor is
-  ``evalsha - bare``, one Redis round trip inside that stack.
+  connection sends sequential requests, ``--rounds`` interleaved rounds, to ``/bare``
+  (same handler, no limiter), ``/evalsha`` (the handler running one bare ``EVALSHA``)
+  and ``/limited`` (denied). The denial's *added* p50 is ``limited - bare``; the floor
+  is ``evalsha - bare``, one Redis round trip inside that stack.
 
 Run from the repository root (``wrk`` on PATH: ``apt-get install wrk``)::
 
-    /work/venv/bin/python -m benchmarks.bench_flood               # ~6 minutes
+    /work/venv/bin/python -m benchmarks.bench_flood               # ~7 minutes
     /work/venv/bin/python -m benchmarks.bench_flood --seconds 5   # a quick run
 """
 
@@ -40,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -239,70 +244,115 @@ def wrk(url: str, seconds: float, connections: int, threads: int) -> tuple[int, 
     )
 
 
-def probe(base: str, seconds: float, rounds: int) -> tuple[float, float, float]:
-    """Sequential p50s (µs) of /bare, /evalsha, /limited: rounds interleaved, medians."""
-    p50s: dict[str, list[float]] = {"bare": [], "evalsha": [], "limited": []}
-    for _ in range(rounds):
-        for route in p50s:
-            p50s[route].append(wrk(f"{base}/{route}", seconds, 1, 1)[2])
-    bare, evalsha, limited = (statistics.median(p50s[r]) for r in ("bare", "evalsha", "limited"))
-    return bare, evalsha, limited
+class Running:
+    """One contender's server (4 workers) on its own redis-server, and its tallies."""
 
-
-def measure(contender: Contender, seconds: float, probe_seconds: float, rounds: int) -> Result:
-    with private_redis() as server, tempfile.TemporaryFile("w+") as log:
-        client = server.client()
-        port = free_port()
-        env = {**os.environ, "FLOOD_KIND": contender.kind, "FLOOD_REDIS": server.url}
-        process = subprocess.Popen(
-            server_command(contender, port),
+    def __init__(self, contender: Contender, stack: ExitStack) -> None:
+        self.contender = contender
+        self.server = stack.enter_context(private_redis())
+        self.client = self.server.client()
+        stack.callback(self.client.close)
+        self.log = stack.enter_context(tempfile.TemporaryFile("w+"))  # noqa: SIM115 - the stack closes it
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "FLOOD_KIND": contender.kind, "FLOOD_REDIS": self.server.url}
+        self.process = subprocess.Popen(
+            server_command(contender, self.port),
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=log,
+            stderr=self.log,
             start_new_session=True,
         )
-        try:
-            wait_until_serving(port)
-            base = f"http://127.0.0.1:{port}"
-            wrk(f"{base}/limited", 1, CONNECTIONS, 2)  # every worker warm, the identity over
-            status = denial_status(port)
-            if status not in (429, 403):  # django-ratelimit answers 403 by default
-                raise RuntimeError(f"{contender.name}: /limited answered {status}, not a denial")
-            time.sleep(0.5)
-            pids = process_tree(process.pid)
-            log.flush()
-            seen = len(_lines(log))
-            client.config_resetstat()
-            cpu_before = cpu_seconds(pids)
-            started = time.monotonic()
-            requests, denied, flood_p50 = wrk(f"{base}/limited", seconds, CONNECTIONS, 2)
-            elapsed = time.monotonic() - started
-            cpu = cpu_seconds(pids) - cpu_before
-            commands = commands_run(client)
-            log.flush()
-            time.sleep(0.2)
-            lines = _lines(log)[seen:]
-            ours = sum(1 for line in lines if line.split(" ", 1)[0] == contender.logger)
-            bare, evalsha, limited = probe(base, probe_seconds, rounds)
-        finally:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=30)
-            client.close()
-    return Result(
-        contender,
-        elapsed,
-        requests,
-        denied,
-        commands,
-        cpu,
-        ours,
-        len(lines),
-        flood_p50,
-        bare,
-        evalsha,
-        limited,
-    )
+        stack.callback(self.stop)
+        self.pids: list[int] = []
+        self.seconds = self.cpu = 0.0
+        self.requests = self.denied = 0
+        self.flood_p50s: list[float] = []
+        self.p50s: dict[str, list[float]] = {"bare": [], "evalsha": [], "limited": []}
+        self._seen = 0
+        self.lines: list[str] = []
+
+    def stop(self) -> None:
+        os.killpg(self.process.pid, signal.SIGTERM)
+        self.process.wait(timeout=30)
+
+    def ready(self) -> None:
+        """Serving, every worker warm, the identity over its limit; counters zeroed."""
+        wait_until_serving(self.port)
+        wrk(f"{self.base}/limited", 1, CONNECTIONS, 2)
+        status = denial_status(self.port)
+        if status not in (429, 403):  # django-ratelimit answers 403 by default
+            raise RuntimeError(f"{self.contender.name}: /limited answered {status}")
+        self.pids = process_tree(self.process.pid)
+        self.log.flush()
+        self._seen = len(_lines(self.log))
+        self.client.config_resetstat()
+
+    def flood(self, seconds: float) -> None:
+        cpu = cpu_seconds(self.pids)
+        started = time.monotonic()
+        requests, denied, p50 = wrk(f"{self.base}/limited", seconds, CONNECTIONS, 2)
+        self.seconds += time.monotonic() - started
+        self.cpu += cpu_seconds(self.pids) - cpu
+        self.requests += requests
+        self.denied += denied
+        self.flood_p50s.append(p50)
+
+    def end_flood(self) -> None:
+        self.commands = commands_run(self.client)
+        self.log.flush()
+        self.lines = _lines(self.log)[self._seen :]
+
+    def probe(self, seconds: float) -> None:
+        for route, p50s in self.p50s.items():
+            p50s.append(wrk(f"{self.base}/{route}", seconds, 1, 1)[2])
+
+    def result(self) -> Result:
+        ours = sum(1 for line in self.lines if line.split(" ", 1)[0] == self.contender.logger)
+        bare, evalsha, limited = (statistics.median(self.p50s[r]) for r in self.p50s)
+        return Result(
+            self.contender,
+            self.seconds,
+            self.requests,
+            self.denied,
+            self.commands,
+            self.cpu,
+            ours,
+            len(self.lines),
+            statistics.median(self.flood_p50s),
+            bare,
+            evalsha,
+            limited,
+        )
+
+
+def measure(
+    contenders: list[Contender], seconds: float, chunk: float, probe_seconds: float, rounds: int
+) -> list[Result]:
+    """All servers up at once; the flood and the probes in rounds, contenders interleaved
+    (A, B, C, ..., then B, C, ..., A), so load from elsewhere spreads over all of them."""
+    with ExitStack() as stack:
+        running = [Running(contender, stack) for contender in contenders]
+        for server in running:
+            server.ready()
+        chunks = max(1, round(seconds / chunk))
+        for index in range(chunks):
+            for server in _rotated(running, index):
+                server.flood(seconds / chunks)
+            print(f"  flood round {index + 1}/{chunks}", file=sys.stderr)
+        time.sleep(0.2)
+        for server in running:
+            server.end_flood()
+        for index in range(rounds):
+            for server in _rotated(running, index):
+                server.probe(probe_seconds)
+        return [server.result() for server in running]
+
+
+def _rotated(items: list[Running], shift: int) -> list[Running]:
+    shift %= len(items)
+    return items[shift:] + items[:shift]
 
 
 def _lines(log: IO[str]) -> list[str]:
@@ -376,7 +426,7 @@ def plot(results: list[Result], path: Path) -> None:
         [
             ("Redis commands per denial", [r.commands_per_denial for r in results]),
             ("CPU ms per denial", [r.cpu_per_1000 for r in results]),
-            ("log lines/s", [r.log_lines / r.seconds for r in results]),
+            ("log lines/s (all, 4 workers)", [r.all_log_lines / r.seconds for r in results]),
         ],
         title="One identity flooding 4 workers: cost per denied request (log scale)",
     )
@@ -385,8 +435,9 @@ def plot(results: list[Result], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30, help="flood duration per contender")
+    parser.add_argument("--chunk", type=float, default=10, help="seconds per flood round")
     parser.add_argument("--probe-seconds", type=float, default=2, help="each latency probe")
-    parser.add_argument("--rounds", type=int, default=3, help="latency probe rounds")
+    parser.add_argument("--rounds", type=int, default=5, help="latency probe rounds")
     parser.add_argument("--only", action="append", help="contender names to run (substring)")
     parser.add_argument("--plot", type=Path, help="write the comparison as a PNG here")
     args = parser.parse_args(argv)
@@ -403,10 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{WORKERS} workers per server, wrk {CONNECTIONS} connections, "
         f"{args.seconds:g} s flood per contender\n"
     )
-    results = []
-    for contender in chosen:
-        results.append(measure(contender, args.seconds, args.probe_seconds, args.rounds))
-        print(f"  done: {contender.name}", file=sys.stderr)
+    results = measure(chosen, args.seconds, args.chunk, args.probe_seconds, args.rounds)
     print(report(results))
     if args.plot:
         plot(results, args.plot)
