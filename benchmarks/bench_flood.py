@@ -34,6 +34,7 @@ Run from the repository root (``wrk`` on PATH: ``apt-get install wrk``)::
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import shutil
@@ -54,8 +55,8 @@ if not __package__:  # run as a file: make `benchmarks` importable
 
 import redis
 
-from benchmarks._common import machine_note, markdown_table, private_redis
-from benchmarks._flood_apps import token
+from benchmarks._common import machine_note, markdown_table, private_redis, run_rounds
+from benchmarks._flood_apps import sentinel_config, token
 from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -355,6 +356,55 @@ def _rotated(items: list[Running], shift: int) -> list[Running]:
     return items[shift:] + items[:shift]
 
 
+def in_process(rounds: int = 10, per_round: int = 500) -> str:
+    """Without a server: `Sentinel.evaluate` answering a flooded bucket locally, and
+    `Sentinel.guard` doing so for an HTTP request (token, decision, 429 outcome), beside
+    one bare `EVALSHA`, interleaved rounds on one private redis-server."""
+    from prometheus_client import CollectorRegistry
+
+    from sentinel_core import RequestView, Sentinel
+
+    with private_redis() as server:
+        os.environ["FLOOD_REDIS"] = server.url
+        sentinel = Sentinel(sentinel_config(), registry=CollectorRegistry(), entry_points=False)
+        logging.getLogger("sentinel").addHandler(logging.NullHandler())
+        logging.getLogger("sentinel").propagate = False
+        client = server.client()
+        sha = client.script_load("return 1")
+        request = RequestView(
+            method="GET",
+            route="/limited",
+            headers={"authorization": f"Bearer {token()}"},  # lower case, as frameworks fold
+            cookies={},
+            peer="127.0.0.1",
+        )
+        while sentinel.evaluate("flood", "flooder").allowed:
+            pass
+        if not sentinel.evaluate("flood", "flooder").local:
+            raise RuntimeError("the flooded bucket is not answered locally")
+        if sentinel.guard("flood", request).status != 429:
+            raise RuntimeError("the HTTP request is not denied")
+        stats = run_rounds(
+            {
+                "bare EVALSHA (floor)": lambda: client.evalsha(sha, 0),
+                "evaluate, denied locally": lambda: sentinel.evaluate("flood", "flooder"),
+                "guard (HTTP), denied locally": lambda: sentinel.guard("flood", request),
+            },
+            rounds=rounds,
+            per_round=per_round,
+        )
+        sentinel.close()
+        client.close()
+    floor = stats["bare EVALSHA (floor)"].p50_us
+    return markdown_table(
+        ("in process", "p50 µs", "p99 µs", "p50 / floor p50"),
+        [
+            (s.name, f"{s.p50_us:.1f}", f"{s.p99_us:.1f}", f"{s.p50_us / floor:.2f}")
+            for s in stats.values()
+        ],
+    )
+
+
 def _lines(log: IO[str]) -> list[str]:
     log.seek(0)
     return log.readlines()
@@ -440,7 +490,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="latency probe rounds")
     parser.add_argument("--only", action="append", help="contender names to run (substring)")
     parser.add_argument("--plot", type=Path, help="write the comparison as a PNG here")
+    parser.add_argument(
+        "--in-process-only", action="store_true", help="only the serverless local-denial table"
+    )
     args = parser.parse_args(argv)
+    if args.in_process_only:
+        print(machine_note())
+        print(in_process())
+        return 0
     if shutil.which("wrk") is None:
         print("wrk not found: apt-get install wrk", file=sys.stderr)
         return 2
@@ -456,6 +513,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     results = measure(chosen, args.seconds, args.chunk, args.probe_seconds, args.rounds)
     print(report(results))
+    print()
+    print(in_process())
     if args.plot:
         plot(results, args.plot)
     return 0
