@@ -23,10 +23,10 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import parse_qs
 
-import redis
 from prometheus_client import CollectorRegistry
 
 from sentinel_core import Decision, Sentinel
+from tests.realserver.overlap import running
 
 ENDPOINT = "render"
 CONFIG = {
@@ -44,27 +44,8 @@ CONFIG = {
 }
 sentinel = Sentinel(CONFIG, registry=CollectorRegistry(), entry_points=False)
 sentinel.startup()  # the blocking store's start-up check (WSGI); ASGI runs astartup too
-overlap = redis.Redis.from_url(os.environ.get("OVERLAP_REDIS_URL", "redis://127.0.0.1:1/0"))
-_ENTER = overlap.register_script(
-    "local now = redis.call('INCR', KEYS[1]) "
-    "if now > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], now) end "
-    "redis.call('RPUSH', KEYS[3], ARGV[1]) "
-    "return now"
-)
-
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
-
-
-@contextlib.contextmanager
-def running() -> Iterator[None]:
-    """Count this handler in ``running`` (and the high-water mark ``most``) while it runs,
-    and note its worker's pid in ``pids`` (the SIGKILL test kills it)."""
-    _ENTER(keys=["running", "most", "pids"], args=[os.getpid()])
-    try:
-        yield
-    finally:
-        overlap.decr("running")
 
 
 def _params(query: bytes | str) -> tuple[str, int, int]:

@@ -1,6 +1,8 @@
 """Concurrency leases on real multi-process servers (issue 18): uvicorn with 4 workers
 (ASGI) and gunicorn with 4 workers of 50 threads (WSGI), each worker its own Sentinel,
-the leases shared through Redis (a single server, or the local Redis Cluster).
+the leases shared through Redis (a single server, or the local Redis Cluster). Each
+server runs an app written against the framework-neutral facade and one written with
+its adapter (FastAPI, Flask), whose completion step hands the leases back.
 
 The app (`tests.realserver.concurrency_app`) counts its running handlers in a separate
 Redis, so the tests see the overlap the servers really had, not what Sentinel says.
@@ -29,6 +31,7 @@ from sentinel_core import Sentinel
 from tests.realserver import concurrency_app
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.tokens import bearer, hs256
 
 pytestmark = [pytest.mark.slow, pytest.mark.realserver]
 
@@ -40,50 +43,29 @@ APP = "tests.realserver.concurrency_app"
 class Deployment:
     name: str
     argv: tuple[str, ...]
-    asgi: bool
+    cancels_on_disconnect: bool = False
+    """Whether a client that goes away cancels a handler that is not streaming."""
 
 
+def _uvicorn(app: str) -> tuple[str, ...]:
+    options = "--workers 4 --host 127.0.0.1 --port {port} --log-level warning"
+    return ("uvicorn", app, *options.split(), "--no-access-log", "--lifespan", "on")
+
+
+def _gunicorn(app: str) -> tuple[str, ...]:
+    options = "-w 4 -k gthread --threads 50 --bind 127.0.0.1:{port} --log-level warning"
+    return ("gunicorn", *options.split(), "--graceful-timeout", "2", app)
+
+
+ADAPTERS = "tests.realserver.concurrency_adapters"
 DEPLOYMENTS = (
-    Deployment(
-        "uvicorn-w4",
-        (
-            "uvicorn",
-            f"{APP}:asgi_app",
-            "--workers",
-            "4",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "{port}",
-            "--log-level",
-            "warning",
-            "--no-access-log",
-            "--lifespan",
-            "on",
-        ),
-        asgi=True,
-    ),
-    Deployment(
-        "gunicorn-w4-threads50",
-        (
-            "gunicorn",
-            "-w",
-            "4",
-            "-k",
-            "gthread",
-            "--threads",
-            "50",
-            "--bind",
-            "127.0.0.1:{port}",
-            "--log-level",
-            "warning",
-            "--graceful-timeout",
-            "2",
-            f"{APP}:wsgi_app",
-        ),
-        asgi=False,
-    ),
+    Deployment("facade-uvicorn-w4", _uvicorn(f"{APP}:asgi_app"), cancels_on_disconnect=True),
+    Deployment("facade-gunicorn-w4-threads50", _gunicorn(f"{APP}:wsgi_app")),
+    Deployment("fastapi-uvicorn-w4", _uvicorn(f"{ADAPTERS}:fastapi_app")),
+    Deployment("flask-gunicorn-w4-threads50", _gunicorn(f"{ADAPTERS}:flask_app")),
 )
+AUTH = {"Authorization": bearer(hs256("acme", ttl=3_600))}
+"""Tenant acme's token: the adapters take tenants from it, the facade app ignores it."""
 
 
 class Server:
@@ -194,7 +176,9 @@ def stack(
 async def fire(url: str, path: str, count: int, timeout: float = 60) -> Counter[int | str]:
     """``count`` requests at once, each on its own connection; their statuses."""
     limits = httpx.Limits(max_connections=count, max_keepalive_connections=0)
-    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as client:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=timeout, limits=limits, headers=AUTH
+    ) as client:
 
         async def one() -> int | str:
             try:
@@ -239,7 +223,9 @@ def test_leases_come_back_after_exceptions_and_streams(
     assert set(statuses) <= {500, 429}
     assert running.in_flight() == 0
 
-    with httpx.stream("GET", f"{running.server.url}/stream?chunks=3&ms=300", timeout=10) as body:
+    with httpx.stream(
+        "GET", f"{running.server.url}/stream?chunks=3&ms=300", timeout=10, headers=AUTH
+    ) as body:
         lines = body.iter_lines()
         assert next(lines) == "chunk"
         assert running.in_flight() == 1  # held while the body is being sent
@@ -247,7 +233,9 @@ def test_leases_come_back_after_exceptions_and_streams(
     running.wait_in_flight(0, timeout=2)
 
     # a client that goes away in the middle of a streamed body
-    with httpx.stream("GET", f"{running.server.url}/stream?chunks=50&ms=100", timeout=10) as body:
+    with httpx.stream(
+        "GET", f"{running.server.url}/stream?chunks=50&ms=100", timeout=10, headers=AUTH
+    ) as body:
         lines = body.iter_lines()  # kept: dropping the iterator would close the stream
         assert next(lines) == "chunk"
         assert running.in_flight() == 1
@@ -258,10 +246,9 @@ def test_leases_come_back_after_exceptions_and_streams(
 def test_a_client_that_disconnects_cancels_the_handler_and_frees_the_lease(
     stack: Callable[..., Stack], redis_url: str, deployment: Deployment
 ) -> None:
-    if not deployment.asgi:
-        # A sync WSGI handler cannot be interrupted: it finishes, then releases (the
-        # streamed-body disconnect above covers what WSGI can notice).
-        assert deployment.name.startswith("gunicorn")
+    if not deployment.cancels_on_disconnect:
+        # Only the streamed-body disconnect above is noticed there: a sync WSGI handler
+        # cannot be interrupted, and Starlette cancels streaming responses only.
         return
     running = stack(redis_url, limit=5)
     statuses = asyncio.run(fire(running.server.url, "/slow?ms=30000", 5, timeout=1.0))
@@ -275,7 +262,7 @@ def test_a_worker_killed_mid_request_frees_its_lease_after_lease_seconds(
     stack: Callable[..., Stack], redis_url: str
 ) -> None:
     running = stack(redis_url, limit=1, lease_seconds=3)
-    pool = httpx.Client(timeout=30)
+    pool = httpx.Client(timeout=30, headers=AUTH)
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(pool.close)
         import threading
@@ -294,11 +281,14 @@ def test_a_worker_killed_mid_request_frees_its_lease_after_lease_seconds(
         os.kill(worker, signal.SIGKILL)
         killed = time.monotonic()
         assert running.in_flight() == 1  # the dead worker's lease is still held...
-        assert httpx.get(f"{running.server.url}/slow?ms=0").status_code == 429
+        assert httpx.get(f"{running.server.url}/slow?ms=0", headers=AUTH).status_code == 429
         running.wait_in_flight(0, timeout=10)
         freed_after = time.monotonic() - killed
         assert 1.5 <= freed_after <= 10  # ... until lease_seconds after it was taken
-        assert httpx.get(f"{running.server.url}/slow?ms=0", timeout=10).status_code == 200
+        assert (
+            httpx.get(f"{running.server.url}/slow?ms=0", timeout=10, headers=AUTH).status_code
+            == 200
+        )
 
 
 def failures(log: str) -> str:
