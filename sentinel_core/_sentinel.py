@@ -38,6 +38,7 @@ from sentinel_core.store._connect import open_async_store, open_sync_store
 from sentinel_core.store._protocol import ServerReport
 from sentinel_core.store._redis import MEMORY_URL, AsyncStore, MemoryStore, SyncStore
 from sentinel_core.store._reference import Mode
+from sentinel_core.store._scripts import ScriptCall
 
 logger = logging.getLogger("sentinel")
 
@@ -210,7 +211,7 @@ class Sentinel:
                 if attempt.policy.algorithm is Algorithm.CONCURRENCY:
                     # The script may have run: a lease no caller will ever release.
                     lease = store_lease(attempt.policy.endpoint_id, attempt.call)
-                    await asyncio.shield(self._hand_back(lease, attempt.policy))
+                    await self._hand_back(lease, attempt.policy)
                 raise
             decision = attempt.succeeded(reply)
         if self._check_deferred and self._deferred_check_lock.acquire(blocking=False):
@@ -236,13 +237,17 @@ class Sentinel:
             _release_failed(decision.policy, exc)
 
     async def arelease(self, decision: Decision) -> None:
-        """`release` on the asyncio store."""
+        """`release` on the asyncio store. Shielded: a caller cancelled while the lease
+        goes back (a streamed body whose client closed as it ended) still hands it back."""
         await self._hand_back(decision.lease, decision.policy)
 
     async def _hand_back(self, lease: Lease | None, policy: Policy) -> None:
         call = lease.end() if lease is not None else None
         if call is None or self.breaker.state is BreakerState.OPEN:
             return
+        await asyncio.shield(self._send_release(call, policy))
+
+    async def _send_release(self, call: ScriptCall, policy: Policy) -> None:
         try:
             await self.async_store.arun(call)
         except StoreError as exc:
@@ -265,7 +270,7 @@ class Sentinel:
         try:
             yield decision
         finally:
-            await asyncio.shield(self.arelease(decision))
+            await self.arelease(decision)
 
     def usage(self, endpoint_id: str, identity: str | Identity) -> Usage:
         """What ``identity`` has used of a quota policy's current period (or of a

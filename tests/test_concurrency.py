@@ -436,3 +436,22 @@ async def test_a_cancelled_token_bucket_decision_needs_no_hand_back(
         await asyncio.sleep(0.4)
         assert len(proxy.commands) == 1  # the EVALSHA alone
         await sentinel.aclose()
+
+
+async def test_a_release_cancelled_on_its_way_still_hands_the_lease_back(redis_url: str) -> None:
+    # Starlette cancels a streamed response's task as soon as its client closes, which
+    # may be while the lease is going back: here before the release is even sent (the
+    # releasing Sentinel is still connecting).
+    taker, releaser = build(redis_url), build(redis_url)
+    decision = taker.evaluate("reports.render", "acme")
+    task = asyncio.create_task(releaser.arelease(decision))
+    await asyncio.sleep(0)  # the release starts, and waits on its first connection
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    deadline = time.monotonic() + 5
+    while taker.usage("reports.render", "acme").used:
+        assert time.monotonic() < deadline, "the cancelled release never reached Redis"
+        await asyncio.sleep(0.01)  # the shielded release finishing on its own
+    taker.close()
+    await releaser.aclose()
