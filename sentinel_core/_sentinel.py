@@ -142,9 +142,13 @@ class Sentinel:
         """The adapters' start-up step (SPEC §5): `check`, except that an unreachable
         Redis only logs an error; the check then runs at the first successful contact.
 
+        The JWKS keys (``jwt.jwks_url``) are fetched here too; a provider that does not
+        answer only logs a warning.
+
         Raises:
             StartupError: Redis is reachable but unfit; the app must not start.
         """
+        self.http.load_keys()
         try:
             return self.check()
         except StoreError as exc:
@@ -152,7 +156,9 @@ class Sentinel:
             return None
 
     async def astartup(self) -> ServerReport | None:
-        """`startup` on the asyncio store."""
+        """`startup` on the asyncio store (the JWKS fetch in a worker thread)."""
+        if self.config.jwt is not None and self.config.jwt.jwks is not None:
+            await asyncio.to_thread(self.http.load_keys)
         try:
             return await self.acheck()
         except StoreError as exc:

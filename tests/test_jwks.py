@@ -281,3 +281,38 @@ def test_jwks_timings_without_a_jwks_url_are_errors(name: str) -> None:
 )
 def test_plain_http_is_accepted_for_a_loopback_provider(url: str) -> None:
     assert load_config(config(url)).jwt is not None
+
+
+def test_start_up_fetches_the_keys_so_no_request_waits(jwks: JwksServer) -> None:
+    sentinel = make_sentinel(config(jwks.url))
+    sentinel.startup()
+    assert jwks.fetches == 1
+    sentinel.startup()  # a valid set is not fetched again
+    outcome = sentinel.guard(ENDPOINT, request_view(headers={"Authorization": signed(OLD, "old")}))
+    assert (outcome.status, jwks.fetches) == (200, 1)
+
+
+async def test_async_start_up_fetches_the_keys_too(jwks: JwksServer) -> None:
+    sentinel = make_sentinel(config(jwks.url))
+    await sentinel.astartup()
+    assert jwks.fetches == 1
+
+
+def test_a_provider_down_at_start_up_delays_the_next_attempt(
+    jwks: JwksServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    jwks.fail(503)
+    sentinel = make_sentinel(config(jwks.url))
+    with caplog.at_level(logging.WARNING, logger="sentinel"):
+        sentinel.startup()
+    assert "JWKS fetch from" in caplog.text
+    jwks.publish({"old": OLD})
+    sentinel.startup()  # within jwks_refresh_seconds of the failure: no new attempt
+    outcome = sentinel.guard(ENDPOINT, request_view(headers={"Authorization": signed(OLD, "old")}))
+    assert (outcome.status, jwks.fetches) == (401, 1)
+
+
+def test_start_up_without_a_jwt_section_fetches_nothing() -> None:
+    settings = config("unused")
+    del settings["jwt"]
+    assert make_sentinel(settings).startup() is not None  # the memory store's report

@@ -130,6 +130,11 @@ class HttpLayer:
         self._jwt = JwtVerifier(config.jwt) if config.jwt is not None else None
         self._cookies = DeviceCookies(config.anonymous) if config.anonymous is not None else None
 
+    def load_keys(self) -> None:
+        """Fetch the JWKS keys now (start-up), so that no request waits for them."""
+        if self._jwt is not None:
+            self._jwt.load_keys()
+
     def validate_endpoint(self, endpoint_id: str) -> Policy:
         """Check at startup that ``endpoint_id`` can be guarded over HTTP.
 

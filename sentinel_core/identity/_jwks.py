@@ -4,8 +4,9 @@ PyJWT's `PyJWKClient` fetches and parses the document (no JWK parsing here); thi
 module decides *when* it may, because a request must never turn into an unbounded
 wait or a flood of fetches:
 
-- the key set is fetched at the first use, then kept ``cache_seconds``; while it is
-  valid a known ``kid`` costs no fetch, and an expired set is fetched again;
+- the key set is fetched at start-up (`load`) or else at the first use, then kept
+  ``cache_seconds``; while it is valid a known ``kid`` costs no fetch, and an expired
+  set is fetched again;
 - an unknown ``kid`` (a key rotated in) refreshes a valid set at most once per
   ``refresh_seconds``, whatever tokens arrive: a client inventing ``kid`` values cannot
   make Sentinel hammer the provider;
@@ -90,6 +91,14 @@ class JwksKeys:
             if self._may_fetch(now, kid):
                 self._fetch(now)
         return self._keys.get(kid)
+
+    def load(self) -> None:
+        """Fetch the key set now unless a valid one is cached or a fetch just failed:
+        at start-up, so that the first requests wait for nothing."""
+        with self._lock:
+            now = self._clock()
+            if not self._valid(now) and self._elapsed(self._failed_at, now):
+                self._fetch(now)
 
     def _valid(self, now: float) -> bool:
         return self._fetched_at is not None and now - self._fetched_at < self._cache_seconds

@@ -160,6 +160,11 @@ class JwtVerifier:
         self._verified: dict[str, _Verified] = {}
         self._lock = threading.Lock()
 
+    def load_keys(self) -> None:
+        """Fetch the JWKS keys now when ``jwks_url`` is configured (see `JwksKeys.load`)."""
+        if self._jwks is not None:
+            self._jwks.load()
+
     def tenant_from_authorization(self, authorization: str | None) -> str:
         """The validated ``sub`` of the bearer token in an ``Authorization`` header value.
 
