@@ -87,6 +87,9 @@ class Policy:
     """Quota policies: the calendar period counted, ``"day"``, ``"week"`` or ``"month"``."""
     timezone: str = "UTC"
     """Quota policies: the IANA time zone whose calendar aligns the periods."""
+    count: frozenset[int] | None = None
+    """The response statuses that consume (SPEC §2 ``count``); None: every request does.
+    A request is still checked before the handler, and consumes after it."""
 
     @property
     def limits(self) -> tuple[tuple[Rate, int], ...]:

@@ -92,7 +92,7 @@ class Sentinel:
         )
         self.http = HttpLayer(self.config, self.hooks, on_exempt=metrics.exempted)
         self.route_table = RouteTable(self.config.routes)
-        self._runner = make_runner(self.evaluate, self.aevaluate, self.release, self.arelease)
+        self._runner = make_runner(self, self.hooks.decision)
         unix_us = _unix_microseconds(clock)
         if clock is not time.monotonic:  # quota periods follow the injected clock too
             self.engine.calendars = Calendars(unix_us)

@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from sentinel_core._models import MICRO, Algorithm, FailMode, IdentityKind, Policy, Rate
+from sentinel_core.config._count import parse_count
 from sentinel_core.config._identity import (
     AnonymousConfig,
     JwtConfig,
@@ -236,6 +237,9 @@ def _parse_policy(section: Section, endpoint_id: str, anonymous: AnonymousConfig
         network_rate=network_rate,
         network_burst=network_burst,
         layers=layers,
+        count=parse_count(section.raw("count"), section.path("count"))
+        if section.has("count")
+        else None,
     )
     section.finish()
     _check_exact(algorithm, rate, burst, cost, section, "rate", "burst")

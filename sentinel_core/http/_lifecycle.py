@@ -27,9 +27,10 @@ import dataclasses
 import enum
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sentinel_core._models import Decision, Policy
+from sentinel_core.errors import StoreError
 from sentinel_core.http._outcome import EXEMPT, Cookie, HttpLayer, Outcome, Prepared, RequestView
 from sentinel_core.identity._keys import Identity
 
@@ -53,6 +54,9 @@ cookie, or a client would get a fresh identity for free on every refused request
 class StepKind(str, enum.Enum):
     EVALUATE = "evaluate"
     """Decide and consume (`Sentinel.evaluate`); answered with the `Decision`."""
+    PEEK = "peek"
+    """Decide without consuming (`Sentinel.peek`): the check before the handler of a
+    ``count`` policy; answered with the `Decision`."""
     RELEASE = "release"
     """Hand back a concurrency lease (`Sentinel.release`); answered with None."""
 
@@ -192,8 +196,9 @@ def admission(
         prepared.append((policy, found))
     charges: list[Charge] = []
     for policy, found in prepared:
-        step = Step(StepKind.EVALUATE, policy.endpoint_id, found.identity, request)
-        decision = yield step
+        # A `count` policy is only checked now; it consumes at completion, by status.
+        kind = StepKind.EVALUATE if policy.count is None else StepKind.PEEK
+        decision = yield Step(kind, policy.endpoint_id, found.identity, request)
         outcome = http.outcome(decision, cookie)
         if not outcome.allowed:
             # The handler will not run: the leases taken so far go back now.
@@ -204,9 +209,16 @@ def admission(
 
 
 def completion(admitted: Admission, status: int) -> Conversation[None]:
-    """What the store must hear once the handler is done with status ``status``:
-    every concurrency lease goes back, whatever the status."""
-    del status
+    """What the store must hear once the handler is done with status ``status``: a
+    ``count`` policy consumes when ``status`` is one it counts (a response already
+    sent is never taken back, so a bucket spent meanwhile just stays spent), and every
+    concurrency lease goes back, whatever the status."""
+    for charge in admitted.charges:
+        counted = charge.policy.count
+        if counted is not None and status in counted:
+            yield Step(
+                StepKind.EVALUATE, charge.policy.endpoint_id, charge.identity, admitted.request
+            )
     yield from _releases(admitted.charges)
 
 
@@ -239,24 +251,59 @@ async def adrive(conversation: Conversation[T], run: Callable[[Step], Awaitable[
         return result
 
 
-def make_runner(
-    evaluate: Callable[[str, Identity, Any], Decision],
-    aevaluate: Callable[[str, Identity, Any], Awaitable[Decision]],
-    release: Callable[[Decision], None],
-    arelease: Callable[[Decision], Awaitable[None]],
-) -> _Runner:
-    """The runner that makes each step through the facade's calls."""
+class Facade(Protocol):
+    """The calls of `Sentinel` a runner makes the steps with."""
+
+    def evaluate(self, endpoint_id: str, identity: Identity, request: Any = None) -> Decision: ...
+
+    async def aevaluate(
+        self, endpoint_id: str, identity: Identity, request: Any = None
+    ) -> Decision: ...
+
+    def peek(self, endpoint_id: str, identity: Identity) -> Decision: ...
+
+    async def apeek(self, endpoint_id: str, identity: Identity) -> Decision: ...
+
+    def release(self, decision: Decision) -> None: ...
+
+    async def arelease(self, decision: Decision) -> None: ...
+
+
+def make_runner(facade: Facade, report: Callable[[Decision, Any], None]) -> _Runner:
+    """The runner that makes each step through ``facade``; ``report`` tells the
+    observers of a check that denies (a peek itself reports nothing)."""
 
     def sync(step: Step) -> Decision | None:
-        if step.decision is not None:
-            release(step.decision)
+        if step.kind is StepKind.RELEASE:
+            assert step.decision is not None
+            facade.release(step.decision)
             return None
-        return evaluate(step.endpoint_id, step.identity, step.request)
+        if step.kind is StepKind.PEEK:
+            try:
+                return _checked(facade.peek(step.endpoint_id, step.identity), step, report)
+            except StoreError:
+                pass  # the decision table answers, through a plain evaluation
+        return facade.evaluate(step.endpoint_id, step.identity, step.request)
 
     async def async_(step: Step) -> Decision | None:
-        if step.decision is not None:
-            await arelease(step.decision)
+        if step.kind is StepKind.RELEASE:
+            assert step.decision is not None
+            await facade.arelease(step.decision)
             return None
-        return await aevaluate(step.endpoint_id, step.identity, step.request)
+        if step.kind is StepKind.PEEK:
+            try:
+                decision = await facade.apeek(step.endpoint_id, step.identity)
+                return _checked(decision, step, report)
+            except StoreError:
+                pass  # the decision table answers, through a plain evaluation
+        return await facade.aevaluate(step.endpoint_id, step.identity, step.request)
 
     return _Runner(sync, async_)
+
+
+def _checked(decision: Decision, step: Step, report: Callable[[Decision, Any], None]) -> Decision:
+    """A check's decision; a denial is reported like any other (SPEC §7: every denial
+    is counted), an admission is not (the consumption after the handler is)."""
+    if not decision.allowed:
+        report(decision, step.request)
+    return decision

@@ -46,7 +46,7 @@ def contract_config(redis_url: str, **top: Any) -> dict[str, Any]:
             "small": bucket(2),
             "large": bucket(5),
             "device": bucket(2, identity="anonymous", network_rate="1/minute", network_burst=20),
-            "failures": bucket(2),
+            "failures": bucket(2, count=[401, "5xx"]),
         },
         "routes": {
             "POST /same/{item_id}": "small",
@@ -101,14 +101,7 @@ def charged_once(replies: list[Reply]) -> None:
     allowed_then_limited(replies)
     assert members(replies[0].header("ratelimit")) == ["small"]
     assert members(replies[0].header("ratelimit-policy")) == ["small"]
-    assert (
-        replies[0]
-        .header(
-            "ratelimit",
-        )
-        .split(";")[1]
-        == "r=1"
-    )  # type: ignore[union-attr]
+    assert (replies[0].header("ratelimit") or "").split(";")[1] == "r=1"
 
 
 def both_apply(replies: list[Reply]) -> None:
@@ -164,6 +157,15 @@ def never_guarded(replies: list[Reply]) -> None:
 def streamed(replies: list[Reply]) -> None:
     assert [reply.body for reply in replies[:2]] == [b"abc", b"abc"]
     assert members(replies[0].header("ratelimit")) == ["small"]
+
+
+def counted(replies: list[Reply]) -> None:
+    assert members(replies[0].header("ratelimit")) == ["failures"]
+    # r is what the check found left after this request, were it counted: successes
+    # leave it unchanged, each counted failure takes one.
+    remaining = [(reply.header("ratelimit") or "").split(";")[1] for reply in replies[:6]]
+    assert remaining == ["r=1"] * 5 + ["r=0"]
+    allowed_then_limited(replies)
 
 
 def headers_off(replies: list[Reply]) -> None:
@@ -238,6 +240,21 @@ ROWS = [
         no_cookie_on_an_inner_refusal,
     ),
     Row("never guarded", _times("GET", "/open", 4), [200] * 4, never_guarded),
+    Row(
+        "count: only the listed statuses consume, and a spent bucket denies before the handler",
+        [
+            *_times("POST", "/count/200", 4),
+            *_times("POST", "/count/401", 3),
+            ("POST", "/count/200", AUTH),
+        ],
+        [200, 200, 200, 200, 401, 401, 429, 429],
+        counted,
+    ),
+    Row(
+        "count: a status class, and a handler that raises counting as 500",
+        [("POST", "/count/503", AUTH), ("POST", "/raise", AUTH), ("POST", "/count/200", AUTH)],
+        [503, 500, 429],
+    ),
     Row("streamed body", _times("GET", "/stream", 3), [200, 200, 429], streamed),
     Row(
         "RateLimit fields off",
