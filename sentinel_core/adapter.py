@@ -11,17 +11,22 @@ adapter; a fourth adapter is written against this module alone.
 from sentinel_core.http._lifecycle import CANCELLED, SERVER_ERROR, Admission, response_fields
 from sentinel_core.http._outcome import PROBLEM_JSON, Cookie, Outcome, RequestView
 from sentinel_core.http._routes import RouteTable, duplicate_route_keys, route_key
+from sentinel_core.store._connect import open_async_store
+from sentinel_core.store._redis import MEMORY_URL, AsyncStore
 
 __all__ = [
     "CANCELLED",
+    "MEMORY_URL",
     "PROBLEM_JSON",
     "SERVER_ERROR",
     "Admission",
+    "AsyncStore",
     "Cookie",
     "Outcome",
     "RequestView",
     "RouteTable",
     "duplicate_route_keys",
+    "open_async_store",
     "response_fields",
     "route_key",
 ]

@@ -20,7 +20,7 @@ import threading
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
-from sentinel_core import AsyncStore
+from sentinel_core.adapter import AsyncStore
 
 _Key = tuple[asyncio.AbstractEventLoop, str, int]
 

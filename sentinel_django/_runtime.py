@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from sentinel_core import MEMORY_URL, AsyncStore, Sentinel, StartupError, open_async_store
+from sentinel_core import Sentinel, StartupError
+from sentinel_core.adapter import MEMORY_URL, AsyncStore, open_async_store
 
 from . import _loops
 

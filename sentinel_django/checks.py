@@ -36,8 +36,8 @@ from django.core.checks import Warning as CheckWarning
 from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped]
 from django.urls import URLPattern, URLResolver, get_resolver  # type: ignore[import-untyped]
 
-from sentinel_core import MEMORY_URL, ConfigError, StartupError, UnknownEndpointError, load_config
-from sentinel_core.adapter import duplicate_route_keys
+from sentinel_core import ConfigError, StartupError, UnknownEndpointError, load_config
+from sentinel_core.adapter import MEMORY_URL, duplicate_route_keys
 from sentinel_core.errors import StoreError
 
 from . import conf

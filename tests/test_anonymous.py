@@ -16,7 +16,8 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sentinel_core import Outcome, Rate, Sentinel, load_config
+from sentinel_core import Rate, Sentinel, load_config
+from sentinel_core.adapter import Outcome
 from sentinel_core.identity._anonymous import DeviceCookies, client_network
 from sentinel_core.identity._keys import anonymous_key_secret, keyed_hash
 from tests.support.http import make_sentinel, request_view

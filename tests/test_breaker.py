@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from sentinel_core import BreakerState, CircuitBreaker
-from sentinel_core.resilience._breaker import Permit
+from sentinel_core import BreakerState
+from sentinel_core.resilience._breaker import CircuitBreaker, Permit
 
 CLOSED, OPEN, HALF_OPEN = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
 

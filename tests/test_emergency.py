@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sentinel_core import EmergencyLimiter, Rate
-from sentinel_core.resilience._emergency import emergency_capacity_micro
+from sentinel_core import Rate
+from sentinel_core.resilience._emergency import EmergencyLimiter, emergency_capacity_micro
 
 SECOND = 1_000_000_000
 MILLI = 1_000_000

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sentinel_core import ConfigError, Decision, Outcome, hookimpl, load_config
+from sentinel_core import ConfigError, Decision, hookimpl, load_config
+from sentinel_core.adapter import Outcome
 from tests.support.http import make_sentinel, request_view
 from tests.support.tokens import HS_SECRET, OTHER_HS_SECRET, bearer, claims, hs256, mint
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from sentinel_core import Cookie, Outcome, Sentinel
+from sentinel_core import Sentinel
+from sentinel_core.adapter import Cookie, Outcome
 from sentinel_core.http._outcome import (
     QUOTA_EXCEEDED,
     TEMPORARY_REDUCED_CAPACITY,

@@ -20,8 +20,8 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sentinel_core import AuthError, ConfigError, load_config
-from sentinel_core.identity._jwt import MAX_TOKEN_LENGTH, JwtVerifier
+from sentinel_core import ConfigError, load_config
+from sentinel_core.identity._jwt import MAX_TOKEN_LENGTH, AuthError, JwtVerifier
 from sentinel_core.identity._keys import compact_hash
 from tests.support.http import header, make_sentinel, request_view, script_calls
 from tests.support.redis_server import RedisServer

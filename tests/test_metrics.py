@@ -14,8 +14,9 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
-from sentinel_core import BreakerState, CircuitBreaker, DecisionReason, Sentinel
+from sentinel_core import BreakerState, DecisionReason, Sentinel
 from sentinel_core.observability._metrics import DURATION_BUCKETS, MetricsPlugin
+from sentinel_core.resilience._breaker import CircuitBreaker
 from tests.conftest import make_config
 from tests.support.redis_server import free_port
 

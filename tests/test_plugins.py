@@ -23,9 +23,7 @@ import redis
 from sentinel_core import (
     AnonymousIdentity,
     BreakerState,
-    CircuitBreaker,
     ConfigError,
-    Outcome,
     Policy,
     RequestView,
     Sentinel,
@@ -33,7 +31,9 @@ from sentinel_core import (
     hookspecs,
 )
 from sentinel_core._plugins import Hooks, make_plugin_manager
+from sentinel_core.adapter import Outcome
 from sentinel_core.identity._keys import compact_hash
+from sentinel_core.resilience._breaker import CircuitBreaker
 from tests.support.http import header, make_sentinel, request_view
 from tests.support.plugins import ENTRY_POINT, PACKAGE, install_dist_info, pip_install
 from tests.support.redis_server import RedisServer, free_port

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import redis
 
-from sentinel_core import Outcome, Sentinel
+from sentinel_core import Sentinel
+from sentinel_core.adapter import Outcome
 from sentinel_core.identity._keys import compact_hash
 from tests.support.http import make_sentinel, request_view
 from tests.support.redis_server import RedisServer

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sentinel_core import Sentinel, SentinelError, ServerReport, StartupError
+from sentinel_core import Sentinel, SentinelError, StartupError
 from sentinel_core.errors import StoreUnavailableError
+from sentinel_core.store._protocol import ServerReport
 from sentinel_core.store._scripts import all_scripts
 from tests.support.redis_server import RedisServer, free_port
 

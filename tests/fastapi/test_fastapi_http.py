@@ -13,7 +13,8 @@ import httpx
 import pytest
 import redis
 
-from sentinel_core import Decision, DecisionReason, EmergencyLimiter, hookimpl
+from sentinel_core import Decision, DecisionReason, hookimpl
+from sentinel_core.resilience._emergency import EmergencyLimiter
 from tests.fastapi.apps import MakeApp, Probe
 from tests.fastapi.conftest import serve
 from tests.support.adapter_config import bearer, spec_config

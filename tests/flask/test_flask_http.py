@@ -14,7 +14,7 @@ import redis
 from flask import Flask
 from flask.testing import FlaskClient
 
-from sentinel_core import EmergencyLimiter
+from sentinel_core.resilience._emergency import EmergencyLimiter
 from sentinel_flask import rate_limited
 from tests.flask.apps import MakeApp
 from tests.support.adapter_config import JWT_KEY, bearer, spec_config
