@@ -92,12 +92,4 @@ def decorate(response: HttpResponseBase, admissions: Sequence[Admission]) -> Non
     for name, value in headers:
         response[name] = value
     if cookie is not None:
-        response.set_cookie(
-            cookie.name,
-            cookie.value,
-            max_age=cookie.max_age,
-            path=cookie.path,
-            secure=cookie.secure,
-            httponly=cookie.http_only,
-            samesite=cookie.same_site,
-        )
+        response.set_cookie(**cookie.set_cookie_arguments())

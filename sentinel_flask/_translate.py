@@ -88,12 +88,4 @@ def decorate_response(response: Response, admission: Admission) -> None:
         response.headers.add(name, value)
     cookie = admission.cookie(status)
     if cookie is not None:
-        response.set_cookie(
-            cookie.name,
-            cookie.value,
-            max_age=cookie.max_age,
-            path=cookie.path,
-            secure=cookie.secure,
-            httponly=cookie.http_only,
-            samesite=cookie.same_site,
-        )
+        response.set_cookie(**cookie.set_cookie_arguments())

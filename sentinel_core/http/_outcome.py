@@ -77,6 +77,18 @@ class Cookie:
     same_site: str = "Lax"
     path: str = "/"
 
+    def set_cookie_arguments(self) -> dict[str, Any]:
+        """Keyword arguments for ``set_cookie`` of Werkzeug's and Django's responses."""
+        return {
+            "key": self.name,
+            "value": self.value,
+            "max_age": self.max_age,
+            "path": self.path,
+            "secure": self.secure,
+            "httponly": self.http_only,
+            "samesite": self.same_site,
+        }
+
     def header_value(self) -> str:
         """The ``Set-Cookie`` header value, for adapters that set raw headers."""
         parts = [f"{self.name}={self.value}", f"Max-Age={self.max_age}", f"Path={self.path}"]
