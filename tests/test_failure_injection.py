@@ -299,7 +299,9 @@ def check_blackhole_run(
     assert {(d.allowed, d.reason) for d in decisions[1::10]} == {(True, R.REDIS_TIMEOUT)}
     assert {(d.allowed, d.reason) for d in decisions[0::10]} == {(False, R.FAIL_CLOSED)}
     assert min(durations) >= 0.9 * BUDGET_MS / 1000, "every call really waited on Redis"
-    assert nearest_rank(durations, 0.5) <= (BUDGET_MS + 5) / 1000
+    # A retry would at least double a call (>= 2 budgets); the margin covers the pool's
+    # checkout and coverage's tracing on a 2-core machine, not a second wait.
+    assert nearest_rank(durations, 0.5) <= BOUND_S
     # redis-py's default (3 retries with backoff) would reconnect and resend. (The proxy
     # accepts and reads at its own pace; a call whose budget ran out while connecting,
     # on a loaded machine, never got to send its command.)
