@@ -34,6 +34,14 @@ def bucket(burst: int, **fields: Any) -> dict[str, Any]:
     } | fields
 
 
+POLICIES: dict[str, Any] = {
+    "small": bucket(2),
+    "large": bucket(5),
+    "device": bucket(2, identity="anonymous", network_rate="1/minute", network_burst=20),
+    "failures": bucket(2, count=[401, "5xx"]),
+}
+
+
 def contract_config(redis_url: str, **top: Any) -> dict[str, Any]:
     """Small tenant and anonymous buckets; routes in FastAPI's spelling (each factory
     spells them its framework's way)."""
@@ -42,12 +50,7 @@ def contract_config(redis_url: str, **top: Any) -> dict[str, Any]:
         "socket_timeout_ms": 1000,
         "jwt": {"algorithms": ["HS256"], "key": JWT_KEY},
         "anonymous": {"cookie_secret": COOKIE_SECRET, "secure": False},
-        "policies": {
-            "small": bucket(2),
-            "large": bucket(5),
-            "device": bucket(2, identity="anonymous", network_rate="1/minute", network_burst=20),
-            "failures": bucket(2, count=[401, "5xx"]),
-        },
+        "policies": POLICIES,
         "routes": {
             "POST /same/{item_id}": "small",
             "POST /different/{item_id}": "large",
@@ -195,6 +198,13 @@ def _times(method: str, path: str, n: int, headers: Mapping[str, str] = AUTH) ->
     return [(method, path, headers)] * n
 
 
+def layered(replies: list[Reply]) -> None:
+    """Both limits listed; the hour limit (2) binds before the minute limit (3)."""
+    assert members(replies[0].header("ratelimit-policy")) == ["small/minute", "small/hour"]
+    assert [members(reply.header("ratelimit")) for reply in replies[:2]] == [["small/hour"]] * 2
+    assert int(replies[-1].header("retry-after") or 0) >= 1
+
+
 ROWS = [
     Row("decorated", _times("POST", "/decorated", 3), [200, 200, 429], allowed_then_limited),
     Row(
@@ -219,6 +229,22 @@ ROWS = [
         "HEAD pays on the GET entry",
         [*_times("HEAD", "/routed/1", 2), ("GET", "/routed/2", AUTH)],
         [200, 200, 429],
+    ),
+    Row(
+        "layered limits: the smaller binds",
+        _times("POST", "/decorated", 3),
+        [200, 200, 429],
+        layered,
+        config={
+            "policies": POLICIES
+            | {
+                "small": {
+                    "algorithm": "token_bucket",
+                    "rates": ["3/minute", "2/hour"],
+                    "fail_mode": "closed",
+                }
+            }
+        },
     ),
     Row("missing token", _times("POST", "/decorated", 1, {}), [401], unauthorized),
     Row(
