@@ -2,7 +2,9 @@
 requests at one bucket through their own `Sentinel`, recording what happened when.
 
 Times are wall-clock microseconds (``time.time_ns``), the clock Redis ``TIME`` reads on
-the same host, so the parent can line up the process's decisions with the store's.
+the same host, so the parent can line up the process's decisions with the store's. The
+local denials run on that clock too (injected), and each thread notes the reading its
+last lookup was decided at: the instant a local denial is checked at.
 """
 
 from __future__ import annotations
@@ -18,8 +20,13 @@ from sentinel_core.store._scripts import ScriptCall
 _sentinels: dict[str, Sentinel] = {}
 
 
-def _wall_us() -> int:
-    return time.time_ns() // 1_000
+_lookups = threading.local()
+
+
+def _lookup_clock_ns() -> int:
+    """The local denials' clock: wall-clock ns, noted per thread."""
+    now = _lookups.last_ns = time.time_ns()
+    return now
 
 
 def _sentinel(config: dict[str, Any]) -> Sentinel:
@@ -28,13 +35,14 @@ def _sentinel(config: dict[str, Any]) -> Sentinel:
     sentinel = _sentinels.get(key)
     if sentinel is None:
         sentinel = _sentinels[key] = Sentinel(config, entry_points=False)
+        sentinel.engine.local_denials.clock_ns = _lookup_clock_ns
     return sentinel
 
 
 Admission = tuple[int, ScriptCall]
 """The store's TIME (us) of an admission, and the call it admitted."""
-LocalDenial = tuple[int, int, ScriptCall]
-"""The (before, after) wall-clock window of a locally answered denial, and its call."""
+LocalDenial = tuple[int, ScriptCall]
+"""The wall-clock instant (us) a denial was answered locally at, and its call."""
 
 
 def run_schedule(
@@ -75,12 +83,10 @@ def run_schedule(
         for pause, device in schedule:
             time.sleep(pause / 1_000)
             who = identity(device)
-            before = _wall_us()
             decision = sentinel.evaluate(endpoint_id, who)
-            after = _wall_us()
             if decision.local:
                 call = sentinel.engine.script_call(decision.policy, who)
-                local.append((before, after, call))
+                local.append((_lookups.last_ns // 1_000, call))
 
     try:
         threads = [threading.Thread(target=worker, args=(s,)) for s in schedules]
