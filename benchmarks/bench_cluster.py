@@ -172,7 +172,7 @@ def main() -> None:
             print(markdown_table(["store", "decisions/s"], rows) + "\n")
             single.close()
             cluster.close()
-            key = TenantIdentity("tenant-hot").bucket_keys(cluster.engine.policy("hot"))[0]
+            key = TenantIdentity("tenant-hot").bucket_keys(cluster.policy("hot"))[0]
             victim = cluster_deployment.node_for_key(key)
             cluster_result = failover(cluster_deployment.url, victim.stop)
         finally:

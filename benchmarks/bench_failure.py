@@ -90,7 +90,7 @@ def make_sentinel(
         entry_points=False,
     )
     for name in unregister:
-        sentinel.hooks.manager.unregister(name=name)
+        sentinel.plugin_manager.unregister(name=name)
     return sentinel
 
 
@@ -131,7 +131,7 @@ def short_circuit(rounds: int, per_round: int) -> tuple[dict[str, Stats], Tally]
         for setup, unregister in SETUPS.items():
             sentinel = make_sentinel(dead, fail_mode, failure_threshold=1, unregister=unregister)
             sentinel.evaluate(ENDPOINT, "tenant")  # refused: trips the breaker
-            assert sentinel.breaker.state is BreakerState.OPEN, sentinel.breaker.state
+            assert sentinel.breaker_state is BreakerState.OPEN, sentinel.breaker_state
             sentinels.append(sentinel)
             name = f"fail-{fail_mode} · {setup}"
             contenders[name] = tally.wrap(name, partial(sentinel.evaluate, ENDPOINT, "tenant"))

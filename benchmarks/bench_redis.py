@@ -93,8 +93,8 @@ def server_usec(client: redis.Redis) -> tuple[float, int]:
 
 
 def script_contender(client: redis.Redis, sentinel: Sentinel, name: str, identity: Any) -> Any:
-    policy = sentinel.engine.policy(name)
-    call = sentinel.engine.script_call(policy, identity)
+    policy = sentinel.policy(name)
+    call = sentinel._engine.script_call(policy, identity)  # noqa: SLF001 (Sentinel's own)
     sha = client.script_load(call.script.source)
     return lambda n: pipelined(client, n, sha, call.keys, call.args)
 
@@ -196,7 +196,7 @@ def memory(url: str) -> list[tuple[str, int, str]]:
         for name, label in (("ping", "Sentinel token bucket"), ("pong", "Sentinel sliding window")):
             for _ in range(3):
                 sentinel.evaluate(name, "tenant-a")
-            (key,) = TenantIdentity("tenant-a").bucket_keys(sentinel.engine.policy(name))
+            (key,) = TenantIdentity("tenant-a").bucket_keys(sentinel.policy(name))
             value = client.get(key) or b""
             encoding = client.object("encoding", key)
             detail = f"key {len(key)} B, value {len(value)} B ({_text(encoding)})"

@@ -16,6 +16,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import pluggy
+
 from sentinel_core._models import Algorithm, Decision, Policy
 from sentinel_core._plugins import Hooks, make_plugin_manager
 from sentinel_core.config._schema import SentinelConfig, load_config
@@ -56,6 +58,11 @@ class Sentinel:
         clock: the monotonic clock, in seconds, of the breaker, the emergency limiter,
             the local denials and the ``memory://`` store (tests drive it instead of
             sleeping). Redis keeps its own clock (``TIME``).
+
+    Besides the decisions (`evaluate`, `peek`, `usage`, `lease`, ... and their
+    ``a``-prefixed twins), it answers `policy` (an endpoint's configured policy),
+    `breaker_state` and `plugin_manager`; the engine, breaker and hooks behind them are
+    private.
     """
 
     def __init__(
@@ -70,32 +77,32 @@ class Sentinel:
         self.config = load_config(config)
         clock_ns = _nanoseconds(clock)
         self.registry = registry
-        self.hooks = Hooks(make_plugin_manager(plugins, entry_points=entry_points))
+        self._hooks = Hooks(make_plugin_manager(plugins, entry_points=entry_points))
         breaker = self.config.breaker
-        self.breaker = CircuitBreaker(
+        self._breaker = CircuitBreaker(
             breaker.failure_threshold,
             breaker.open_seconds,
             half_open_max_probes=breaker.half_open_max_probes,
             clock=clock,
-            on_transition=self.hooks.breaker_transition,
+            on_transition=self._hooks.breaker_transition,
         )
         # The built-in observers are plain plugins: unregister them by name to opt out.
-        metrics = MetricsPlugin(registry, self.breaker.state)
-        self.hooks.register_builtin(metrics, "sentinel.metrics")
-        self.hooks.register_builtin(DecisionLogPlugin(self.breaker, clock_ns), "sentinel.logging")
-        self.engine = DecisionEngine(
+        metrics = MetricsPlugin(registry, self._breaker.state)
+        self._hooks.register_builtin(metrics, "sentinel.metrics")
+        self._hooks.register_builtin(DecisionLogPlugin(self._breaker, clock_ns), "sentinel.logging")
+        self._engine = DecisionEngine(
             self.config.policies,
-            self.breaker,
+            self._breaker,
             EmergencyLimiter(clock_ns),
-            self.hooks,
+            self._hooks,
             LocalDenials(self.config.local_denials_ms, clock_ns=clock_ns),
         )
-        self.http = HttpLayer(self.config, self.hooks, on_exempt=metrics.exempted)
+        self.http = HttpLayer(self.config, self._hooks, on_exempt=metrics.exempted)
         self.route_table = RouteTable(self.config.routes)
-        self._runner = make_runner(self, self.hooks.decision)
+        self._runner = make_runner(self, self._hooks.decision)
         unix_us = _unix_microseconds(clock)
         if clock is not time.monotonic:  # quota periods follow the injected clock too
-            self.engine.calendars = Calendars(unix_us)
+            self._engine.calendars = Calendars(unix_us)
         self._memory = (
             MemoryStore(unix_us) if self.config.redis_url.startswith(MEMORY_URL) else None
         )
@@ -104,6 +111,29 @@ class Sentinel:
         self._check_deferred = False
         self._deferred_check_lock = threading.Lock()
         """Held by the one caller running the deferred check; the others never wait."""
+
+    def policy(self, endpoint_id: str) -> Policy:
+        """The configured `Policy` of ``endpoint_id``, as loaded: before any
+        ``sentinel_resolve_policy`` plugin tiers it for an identity.
+
+        Raises:
+            UnknownEndpointError: no policy has that id.
+        """
+        return self._engine.policy(endpoint_id)
+
+    @property
+    def breaker_state(self) -> BreakerState:
+        """The state of this instance's circuit breaker, for health checks: `CLOSED`
+        while the store answers. `OPEN` lasts past ``open_seconds`` until a request
+        probes the store (`HALF_OPEN`); nothing but requests moves it."""
+        return self._breaker.state
+
+    @property
+    def plugin_manager(self) -> pluggy.PluginManager:
+        """The pluggy `PluginManager` this instance calls its hooks through: register
+        a plugin at runtime, or turn off a built-in observer by unregistering its name
+        (``sentinel.metrics``, ``sentinel.logging``)."""
+        return self._hooks.manager
 
     @property
     def store(self) -> SyncStore:
@@ -183,7 +213,7 @@ class Sentinel:
 
     def evaluate(self, endpoint_id: str, identity: str | Identity, request: Any = None) -> Decision:
         """Decide one request of ``identity`` (a tenant id, or an `Identity`) on ``endpoint_id``."""
-        attempt = self.engine.begin(endpoint_id, _identity(identity), request)
+        attempt = self._engine.begin(endpoint_id, _identity(identity), request)
         if attempt.permit is None:
             return attempt.short_circuit()
         with attempt:
@@ -205,7 +235,7 @@ class Sentinel:
         self, endpoint_id: str, identity: str | Identity, request: Any = None
     ) -> Decision:
         """`evaluate` for asyncio code: the same rules, on the asyncio store."""
-        attempt = self.engine.begin(endpoint_id, _identity(identity), request)
+        attempt = self._engine.begin(endpoint_id, _identity(identity), request)
         if attempt.permit is None:
             return attempt.short_circuit()
         with attempt:
@@ -235,7 +265,7 @@ class Sentinel:
         any decision. A Redis failure here is logged, not raised: the lease then expires
         after ``lease_seconds``; while the breaker is OPEN no call is made at all."""
         call = decision.lease.end() if decision.lease is not None else None
-        if call is None or self.breaker.state is BreakerState.OPEN:
+        if call is None or self._breaker.state is BreakerState.OPEN:
             return
         try:
             self.store.run(call)
@@ -249,7 +279,7 @@ class Sentinel:
 
     async def _hand_back(self, lease: Lease | None, policy: Policy) -> None:
         call = lease.end() if lease is not None else None
-        if call is None or self.breaker.state is BreakerState.OPEN:
+        if call is None or self._breaker.state is BreakerState.OPEN:
             return
         await asyncio.shield(self._send_release(call, policy))
 
@@ -285,14 +315,14 @@ class Sentinel:
         Raises:
             StoreError: the store is unavailable.
         """
-        policy = self.engine.policy(endpoint_id)
-        call = usage_call(self.engine, policy, _identity(identity))
+        policy = self._engine.policy(endpoint_id)
+        call = usage_call(self._engine, policy, _identity(identity))
         return usage_of(policy, call, self.store.run(call))
 
     async def ausage(self, endpoint_id: str, identity: str | Identity) -> Usage:
         """`usage` on the asyncio store."""
-        policy = self.engine.policy(endpoint_id)
-        call = usage_call(self.engine, policy, _identity(identity))
+        policy = self._engine.policy(endpoint_id)
+        call = usage_call(self._engine, policy, _identity(identity))
         return usage_of(policy, call, await self.async_store.arun(call))
 
     def peek(self, endpoint_id: str, identity: str | Identity) -> Decision:
@@ -303,13 +333,13 @@ class Sentinel:
             StoreError: the store is unavailable.
             ValueError: the policy is a quota or concurrency one (see `usage`).
         """
-        policy, who = self.engine.policy(endpoint_id), _identity(identity)
+        policy, who = self._engine.policy(endpoint_id), _identity(identity)
         call = admin_call(policy, who, Mode.PEEK)
         return peeked(policy, who, self.store.run(call))
 
     async def apeek(self, endpoint_id: str, identity: str | Identity) -> Decision:
         """`peek` on the asyncio store."""
-        policy, who = self.engine.policy(endpoint_id), _identity(identity)
+        policy, who = self._engine.policy(endpoint_id), _identity(identity)
         call = admin_call(policy, who, Mode.PEEK)
         return peeked(policy, who, await self.async_store.arun(call))
 
@@ -322,15 +352,15 @@ class Sentinel:
             StoreError: the store is unavailable.
             ValueError: the policy is a quota or concurrency one.
         """
-        call = admin_call(self.engine.policy(endpoint_id), _identity(identity), Mode.RESET)
+        call = admin_call(self._engine.policy(endpoint_id), _identity(identity), Mode.RESET)
         self.store.run(call)
-        self.engine.local_denials.forget(call.keys)
+        self._engine.local_denials.forget(call.keys)
 
     async def areset(self, endpoint_id: str, identity: str | Identity) -> None:
         """`reset` on the asyncio store."""
-        call = admin_call(self.engine.policy(endpoint_id), _identity(identity), Mode.RESET)
+        call = admin_call(self._engine.policy(endpoint_id), _identity(identity), Mode.RESET)
         await self.async_store.arun(call)
-        self.engine.local_denials.forget(call.keys)
+        self._engine.local_denials.forget(call.keys)
 
     def validate_endpoint(self, endpoint_id: str) -> Policy:
         """Raise at startup, not on the first request, for an id that cannot be guarded
@@ -340,7 +370,7 @@ class Sentinel:
 
     def guard(self, endpoint_id: str, request: RequestView) -> Outcome:
         """Decide an HTTP request: identity, decision, and SPEC §4's outcome."""
-        prepared = self.http.prepare(self.engine.policy(endpoint_id), request)
+        prepared = self.http.prepare(self._engine.policy(endpoint_id), request)
         if not isinstance(prepared, Prepared):
             return prepared
         decision = self.evaluate(endpoint_id, prepared.identity, request)
@@ -348,7 +378,7 @@ class Sentinel:
 
     async def aguard(self, endpoint_id: str, request: RequestView) -> Outcome:
         """`guard` for asyncio servers."""
-        prepared = self.http.prepare(self.engine.policy(endpoint_id), request)
+        prepared = self.http.prepare(self._engine.policy(endpoint_id), request)
         if not isinstance(prepared, Prepared):
             return prepared
         decision = await self.aevaluate(endpoint_id, prepared.identity, request)
@@ -358,13 +388,13 @@ class Sentinel:
         """Admit an HTTP request that pays for ``endpoint_ids`` (see `RouteTable.charged`):
         the `Admission` says whether the handler may run; call its ``complete`` with
         the final status once the response is over."""
-        conversation = admission(self.http, self.engine.policy, request, endpoint_ids)
+        conversation = admission(self.http, self._engine.policy, request, endpoint_ids)
         charges, denial = drive(conversation, self._runner.sync)
         return Admission(request, charges, denial, self._runner)
 
     async def aadmit(self, request: RequestView, endpoint_ids: Sequence[str]) -> Admission:
         """`admit` for asyncio servers; complete it with ``acomplete``."""
-        conversation = admission(self.http, self.engine.policy, request, endpoint_ids)
+        conversation = admission(self.http, self._engine.policy, request, endpoint_ids)
         charges, denial = await adrive(conversation, self._runner.async_)
         return Admission(request, charges, denial, self._runner)
 

@@ -207,7 +207,7 @@ def test_a_lease_never_released_expires_after_lease_seconds_on_the_injected_cloc
     now = [1_800_000_000 * MICRO]
     store = MemoryStore(lambda: now[0])
     sentinel = build("memory://")
-    policy_ = sentinel.engine.policy("reports.render")
+    policy_ = sentinel.policy("reports.render")
 
     names = iter(range(100))
 
@@ -233,7 +233,7 @@ def test_a_lease_expires_on_redis_time_and_is_pruned(redis_url: str) -> None:
     try:
         assert sentinel.evaluate("x", "acme").allowed  # never released: its process "died"
         assert not sentinel.evaluate("x", "acme").allowed
-        key = tenant_identity("acme").bucket_keys(sentinel.engine.policy("x"))[0]
+        key = tenant_identity("acme").bucket_keys(sentinel.policy("x"))[0]
         assert 0 < client.pttl(key) <= 1_000  # the set itself expires with its last lease
         deadline = time.monotonic() + 5
         while not sentinel.evaluate("x", "acme").allowed:
@@ -321,7 +321,7 @@ def test_failing_open_caps_requests_in_flight_per_process() -> None:
     headers = dict(sentinel.http.outcome(first, None).headers)
     assert headers["RateLimit-Policy"].startswith('"reports.open";q=1;qu="concurrent-requests"')
     sentinel.release(first)
-    assert sentinel.engine.inflight.count("reports.open") == 0
+    assert sentinel._engine.inflight.count("reports.open") == 0
     assert sentinel.evaluate("reports.open", "acme").allowed
     closed = sentinel.evaluate("reports.render", "acme")
     assert not closed.allowed
@@ -378,9 +378,9 @@ async def test_an_async_release_that_fails_is_logged(
 async def test_no_release_call_while_the_breaker_is_open(redis_url: str, entry: str) -> None:
     sentinel = build(redis_url, breaker={"failure_threshold": 1})
     decision = sentinel.evaluate("reports.render", "acme")
-    permit = sentinel.breaker.acquire()
+    permit = sentinel._breaker.acquire()
     assert permit is not None
-    sentinel.breaker.record_failure(permit)  # OPEN: Redis is left alone
+    sentinel._breaker.record_failure(permit)  # OPEN: Redis is left alone
     if entry == "release":
         sentinel.release(decision)
     else:

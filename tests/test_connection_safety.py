@@ -126,7 +126,7 @@ async def test_a_reply_delayed_past_a_cancellation_never_reaches_another_caller(
     finally:
         await sentinel.aclose()
     assert (fresh.reason, fresh.remaining) == (DecisionReason.ALLOWED, 9), "its own reply"
-    assert sentinel.breaker.state.name == "CLOSED"
+    assert sentinel.breaker_state.name == "CLOSED"
 
 
 def test_a_reply_delayed_past_a_timeout_never_reaches_the_next_call(

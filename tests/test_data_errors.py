@@ -43,7 +43,7 @@ def sentinel(redis_server: RedisServer) -> Iterator[Sentinel]:
 
 
 def key_of(sentinel: Sentinel, endpoint_id: str, tenant: str) -> str:
-    (key,) = TenantIdentity(tenant).bucket_keys(sentinel.engine.policy(endpoint_id))
+    (key,) = TenantIdentity(tenant).bucket_keys(sentinel.policy(endpoint_id))
     return key
 
 
@@ -63,7 +63,7 @@ def test_a_wrongtype_bucket_neither_fails_nor_opens_the_breaker(
     assert client.type(key) == b"string"  # overwritten by the admission
     for _ in range(4):
         sentinel.evaluate(endpoint_id, "broken")
-    assert sentinel.breaker.state is BreakerState.CLOSED
+    assert sentinel.breaker_state is BreakerState.CLOSED
     assert sentinel.evaluate(endpoint_id, "someone-else").reason is DecisionReason.ALLOWED
 
 
@@ -91,12 +91,12 @@ def test_a_wrongtype_bucket_left_by_a_denial_is_still_no_failure(
         first = AnonymousIdentity("device-a", "ipv4:192.0.2.1", b"k" * 32)
         second = AnonymousIdentity("device-b", "ipv4:192.0.2.1", b"k" * 32)
         assert anonymous.evaluate("login", first).allowed
-        device_key, _ = second.bucket_keys(anonymous.engine.policy("login"))
+        device_key, _ = second.bucket_keys(anonymous.policy("login"))
         client.rpush(device_key, "x")
         for _ in range(3):
             assert anonymous.evaluate("login", second).reason is DecisionReason.RATE_LIMITED
         assert client.type(device_key) == b"list"
-        assert anonymous.breaker.state is BreakerState.CLOSED
+        assert anonymous.breaker_state is BreakerState.CLOSED
     finally:
         anonymous.close()
 

@@ -56,12 +56,12 @@ def test_registrations_are_honoured_decision_by_decision(
 ) -> None:
     registry = CollectorRegistry()
     sentinel = make_sentinel(registry)
-    manager = sentinel.hooks.manager
+    manager = sentinel.plugin_manager
     # a log clock a second further on at every reading: each denial gets its own record
     manager.unregister(name="sentinel.logging")
     ticking = itertools.count(0, 1_000_000_000).__next__
-    sentinel.hooks.register_builtin(
-        DecisionLogPlugin(sentinel.breaker, ticking), "sentinel.logging"
+    sentinel._hooks.register_builtin(
+        DecisionLogPlugin(sentinel._breaker, ticking), "sentinel.logging"
     )
     with caplog.at_level(logging.WARNING, logger="sentinel"):
         assert sentinel.evaluate(EP, "t").allowed
@@ -94,12 +94,12 @@ def test_hook_call_monitoring_sees_the_built_ins_called() -> None:
     traced: list[tuple[str, list[str]]] = []
 
     def before(hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
-        traced.append((hook_name, [sentinel.hooks.manager.get_name(i.plugin) for i in impls]))
+        traced.append((hook_name, [sentinel.plugin_manager.get_name(i.plugin) for i in impls]))
 
     def after(*args: Any) -> None:
         pass
 
-    undo = sentinel.hooks.manager.add_hookcall_monitoring(before, after)
+    undo = sentinel.plugin_manager.add_hookcall_monitoring(before, after)
     sentinel.evaluate(EP, "t")
     undo()
     sentinel.evaluate(EP, "t")
@@ -110,7 +110,7 @@ def test_with_no_observer_at_all_nothing_is_called(caplog: pytest.LogCaptureFixt
     registry = CollectorRegistry()
     sentinel = make_sentinel(registry)
     for name in ("sentinel.metrics", "sentinel.logging"):
-        sentinel.hooks.manager.unregister(name=name)
+        sentinel.plugin_manager.unregister(name=name)
     with caplog.at_level(logging.WARNING, logger="sentinel"):
         assert sentinel.evaluate(EP, "t").allowed
         assert not sentinel.evaluate(EP, "t").allowed

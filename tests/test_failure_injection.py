@@ -193,10 +193,10 @@ def test_dead_port_classifies_then_opens_then_short_circuits_without_connecting(
     try:
         first = sentinel.evaluate(OPEN_EP, "t")
         second = sentinel.evaluate(CLOSED_EP, "t")
-        assert sentinel.breaker.state is CLOSED
+        assert sentinel.breaker_state is CLOSED
         third = sentinel.evaluate(OPEN_EP, "t")
         assert CountingConnection.attempts == 3, "one attempt per call: no retries"
-        assert sentinel.breaker.state is OPEN
+        assert sentinel.breaker_state is OPEN
         assert recorder.transitions == [(CLOSED, OPEN)]
 
         after = [sentinel.evaluate(ep, "t") for ep in (OPEN_EP, CLOSED_EP) * 50]
@@ -233,7 +233,7 @@ def test_open_breaker_sends_nothing_to_a_stopped_upstream(killable_server: Redis
             assert sentinel.evaluate(CLOSED_EP, "t").reason is R.ALLOWED
             killable_server.stop()
             failures = [sentinel.evaluate(CLOSED_EP, "t") for _ in range(3)]
-            assert sentinel.breaker.state is OPEN
+            assert sentinel.breaker_state is OPEN
             accepted, sent = proxy.accepted, proxy.bytes_from_clients
             assert proxy.upstream_failures >= 1, "the proxy really found nothing upstream"
             short = [sentinel.evaluate(CLOSED_EP, "t") for _ in range(200)]
@@ -255,7 +255,7 @@ async def test_open_breaker_sends_nothing_to_a_stopped_upstream_async(
             killable_server.stop()
             started = time.monotonic_ns()
             failures = [await sentinel.aevaluate(OPEN_EP, "t") for _ in range(3)]
-            assert sentinel.breaker.state is OPEN
+            assert sentinel.breaker_state is OPEN
             accepted, sent = proxy.accepted, proxy.bytes_from_clients
             short = await asyncio.gather(*(sentinel.aevaluate(OPEN_EP, "t") for _ in range(50)))
             ended = time.monotonic_ns()
@@ -333,7 +333,7 @@ def test_blackhole_every_call_times_out_within_the_budget(
                 durations.append(time.perf_counter() - started)
         finally:
             sentinel.close()
-        assert sentinel.breaker.state is CLOSED
+        assert sentinel.breaker_state is CLOSED
         p99s.append(check_blackhole_run(durations, decisions, proxy))
         if p99s[-1] <= BOUND_S:
             break
@@ -361,7 +361,7 @@ async def test_blackhole_every_call_times_out_within_the_budget_async(
                 durations.append(time.perf_counter() - started)
         finally:
             await sentinel.aclose()
-        assert sentinel.breaker.state is CLOSED
+        assert sentinel.breaker_state is CLOSED
         p99s.append(check_blackhole_run(durations, decisions, proxy))
         if p99s[-1] <= BOUND_S:
             break
@@ -464,7 +464,7 @@ def assert_outage_and_recovery(
         sorted({(c.phase, c.decision.reason) for c in calls}),
     )
     assert (HALF_OPEN, OPEN) in transitions, "a probe failed while Redis was down"
-    assert sentinel.breaker.state is CLOSED
+    assert sentinel.breaker_state is CLOSED
     healthy = [c.decision for c in calls if c.phase == "healthy"]
     assert len(healthy) > 50
     assert {d.reason for d in healthy} == {R.ALLOWED}
@@ -513,7 +513,7 @@ def test_redis_killed_mid_load_under_16_threads_then_restarted(
         time.sleep(DOWN_SECONDS)
         phase = "restarting"
         killable_server.start()
-        wait_until(lambda: sentinel.breaker.state is CLOSED, 5)
+        wait_until(lambda: sentinel.breaker_state is CLOSED, 5)
         phase = "healthy"
         time.sleep(0.3)
     finally:
@@ -554,7 +554,7 @@ async def test_redis_killed_mid_load_under_50_coroutines_then_restarted(
         await asyncio.sleep(DOWN_SECONDS)
         phase = "restarting"
         await asyncio.to_thread(killable_server.start)
-        await asyncio.to_thread(wait_until, lambda: sentinel.breaker.state is CLOSED, 5)
+        await asyncio.to_thread(wait_until, lambda: sentinel.breaker_state is CLOSED, 5)
         phase = "healthy"
         await asyncio.sleep(0.3)
     finally:
@@ -596,7 +596,7 @@ def test_script_flush_mid_run_reloads_once_and_decisions_keep_flowing(
         sentinel.close()
         admin.close()
     flush_run_verdicts(decisions)
-    assert sentinel.breaker.state is CLOSED
+    assert sentinel.breaker_state is CLOSED
 
 
 async def test_script_flush_mid_run_reloads_once_and_decisions_keep_flowing_async(
@@ -677,7 +677,7 @@ def test_noscript_after_the_reload_is_redis_noscript_retry(url: str) -> None:
         cache.install(store.client)
         for endpoint in (OPEN_EP, CLOSED_EP, OPEN_EP):
             decisions.append(sentinel.evaluate(endpoint, "t"))
-            states.append(sentinel.breaker.state)
+            states.append(sentinel.breaker_state)
     finally:
         sentinel.close()
     assert_noscript_retry(decisions, cache.sent[:6], states)
@@ -693,7 +693,7 @@ async def test_noscript_after_the_reload_is_redis_noscript_retry_async(url: str)
         cache.ainstall(store.client)
         for endpoint in (OPEN_EP, CLOSED_EP, OPEN_EP):
             decisions.append(await sentinel.aevaluate(endpoint, "t"))
-            states.append(sentinel.breaker.state)
+            states.append(sentinel.breaker_state)
     finally:
         await sentinel.aclose()
     assert_noscript_retry(decisions, cache.sent[:6], states)
@@ -720,7 +720,7 @@ def test_a_bug_in_a_plugin_propagates_and_is_never_a_fail_open(url: str) -> None
     finally:
         sentinel.close()
     assert observer.decisions == []
-    assert sentinel.breaker.state is CLOSED
+    assert sentinel.breaker_state is CLOSED
 
 
 async def test_a_bug_in_a_plugin_propagates_and_is_never_a_fail_open_async(url: str) -> None:
@@ -732,7 +732,7 @@ async def test_a_bug_in_a_plugin_propagates_and_is_never_a_fail_open_async(url: 
     finally:
         await sentinel.aclose()
     assert observer.decisions == []
-    assert sentinel.breaker.state is CLOSED
+    assert sentinel.breaker_state is CLOSED
 
 
 class Bug:
@@ -780,7 +780,7 @@ def test_a_bug_in_the_store_propagates_and_hands_back_the_probe(
     bug_sentinel: tuple[Sentinel, FakeClock], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sentinel, clock = bug_sentinel
-    breaker = sentinel.engine.breaker
+    breaker = sentinel._breaker
     bug = Bug()
     monkeypatch.setattr(sentinel.store, "run", bug.wrap(sentinel.store.run))
 
@@ -809,7 +809,7 @@ async def test_a_bug_in_the_store_propagates_and_hands_back_the_probe_async(
     bug_sentinel: tuple[Sentinel, FakeClock], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sentinel, clock = bug_sentinel
-    breaker = sentinel.engine.breaker
+    breaker = sentinel._breaker
     bug = Bug()
     monkeypatch.setattr(sentinel.async_store, "arun", bug.awrap(sentinel.async_store.arun))
     try:
@@ -835,7 +835,7 @@ async def test_a_cancelled_call_hands_back_the_probe(
 ) -> None:
     """Cancellation (a client gone, a server timeout) is not a verdict on Redis either."""
     sentinel, clock = bug_sentinel
-    breaker = sentinel.engine.breaker
+    breaker = sentinel._breaker
     store = sentinel.async_store
     assert isinstance(store, AsyncRedisStore)
     bug = Bug()

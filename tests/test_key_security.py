@@ -109,7 +109,7 @@ def test_anonymous_hashes_depend_on_the_secret_and_keep_one_slot() -> None:
         },
         registry=CollectorRegistry(),
         entry_points=False,
-    ).engine.policy("login")
+    ).policy("login")
     one = AnonymousIdentity("device", "ipv4:192.0.2.7", anonymous_key_secret(SECRET))
     other = AnonymousIdentity("device", "ipv4:192.0.2.7", anonymous_key_secret(SECRET + "2"))
     assert set(one.bucket_keys(policy)).isdisjoint(other.bucket_keys(policy))
@@ -146,7 +146,7 @@ def test_memory_usage_of_one_bucket(
         for _ in range(3):
             assert sentinel.evaluate("ping", "tenant-with-a-long-name@example.com").allowed
         (key,) = TenantIdentity("tenant-with-a-long-name@example.com").bucket_keys(
-            sentinel.engine.policy("ping")
+            sentinel.policy("ping")
         )
     finally:
         sentinel.close()

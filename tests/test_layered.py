@@ -105,7 +105,7 @@ def test_one_evalsha_per_decision_and_a_key_per_limit_in_one_slot(redis_url: str
         sentinel.evaluate("api", "warm-up")  # loads the script
         client.config_resetstat()
         decisions = [sentinel.evaluate("api", "tenant-a") for _ in range(4)]
-        keys = TenantIdentity("tenant-a").bucket_keys(sentinel.engine.policy("api"))
+        keys = TenantIdentity("tenant-a").bucket_keys(sentinel.policy("api"))
     finally:
         sentinel.close()
     stats = client.info("commandstats")

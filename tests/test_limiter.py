@@ -339,7 +339,7 @@ async def test_denied_call_leaves_the_key_and_its_ttl_untouched(
     endpoint_id = f"{algorithm}.burst"
     for _ in range(5):
         assert_allowed(redis_sentinel.evaluate(endpoint_id, "tenant-a"))
-    (key,) = TenantIdentity("tenant-a").bucket_keys(redis_sentinel.engine.policy(endpoint_id))
+    (key,) = TenantIdentity("tenant-a").bucket_keys(redis_sentinel.policy(endpoint_id))
     value_before, pttl_before = redis_client.get(key), redis_client.pttl(key)
     assert value_before is not None
     assert pttl_before > 0

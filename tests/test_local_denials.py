@@ -143,7 +143,7 @@ def build(url: str, clock: Clock, local_denials_ms: int = 1_000, **policies: Any
     config["socket_timeout_ms"] = 2_000
     registry = CollectorRegistry()
     sentinel = Sentinel(config, registry=registry, entry_points=False)
-    sentinel.engine.local_denials = LocalDenials(local_denials_ms, clock)
+    sentinel._engine.local_denials = LocalDenials(local_denials_ms, clock)
     return sentinel
 
 
@@ -287,7 +287,7 @@ def test_a_request_decided_with_other_arguments_asks_the_store(
 ) -> None:
     tier = CostlierTier()
     sentinel = build(redis_url, clock)
-    sentinel.hooks.manager.register(tier)
+    sentinel.plugin_manager.register(tier)
     try:
         for _ in range(3):
             sentinel.evaluate("api.hourly", TENANT)
@@ -304,7 +304,7 @@ def test_a_local_denial_takes_no_breaker_permit(redis_url: str, clock: Clock) ->
     try:
         for _ in range(3):
             sentinel.evaluate("api.hourly", TENANT)
-        attempt = sentinel.engine.begin("api.hourly", TenantIdentity(TENANT))
+        attempt = sentinel._engine.begin("api.hourly", TenantIdentity(TENANT))
         assert attempt.permit is None
         decision: Decision = attempt.short_circuit()
         assert decision.local
@@ -331,7 +331,7 @@ def test_an_anonymous_device_denied_by_the_store_is_answered_locally(
     config["anonymous"] = {"cookie_secret": "c" * 32}
     config["socket_timeout_ms"] = 2_000
     sentinel = Sentinel(config, registry=CollectorRegistry(), entry_points=False)
-    sentinel.engine.local_denials = LocalDenials(1_000, clock)
+    sentinel._engine.local_denials = LocalDenials(1_000, clock)
     device = AnonymousIdentity("device-1", "198.51.100.7", b"k" * 32)
     neighbour = AnonymousIdentity("device-2", "198.51.100.7", b"k" * 32)
     try:
@@ -372,7 +372,7 @@ def test_a_network_denied_by_the_store_is_answered_locally_for_every_device_behi
     config["anonymous"] = {"cookie_secret": "c" * 32}
     config["socket_timeout_ms"] = 2_000
     sentinel = Sentinel(config, registry=CollectorRegistry(), entry_points=False)
-    sentinel.engine.local_denials = LocalDenials(1_000, clock)
+    sentinel._engine.local_denials = LocalDenials(1_000, clock)
     network = "198.51.100.8"
     try:
         first = [

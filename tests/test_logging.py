@@ -36,8 +36,10 @@ class Clock:
 
 def on_clock(sentinel: Sentinel, clock: Clock) -> Sentinel:
     """``sentinel`` with its built-in log plugin on ``clock``."""
-    sentinel.hooks.manager.unregister(name="sentinel.logging")
-    sentinel.hooks.register_builtin(DecisionLogPlugin(sentinel.breaker, clock), "sentinel.logging")
+    sentinel.plugin_manager.unregister(name="sentinel.logging")
+    sentinel._hooks.register_builtin(
+        DecisionLogPlugin(sentinel._breaker, clock), "sentinel.logging"
+    )
     return sentinel
 
 
@@ -227,7 +229,7 @@ def test_anonymous_denials_say_so(caplog: pytest.LogCaptureFixture) -> None:
 
 def test_the_log_plugin_can_be_unregistered_by_name(caplog: pytest.LogCaptureFixture) -> None:
     sentinel = memory_sentinel()
-    sentinel.hooks.manager.unregister(name="sentinel.logging")
+    sentinel.plugin_manager.unregister(name="sentinel.logging")
     with caplog.at_level(logging.WARNING, logger="sentinel"):
         for _ in range(4):
             sentinel.evaluate("api.ingest", TENANT)

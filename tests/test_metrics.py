@@ -171,9 +171,9 @@ def test_the_breaker_gauge_follows_a_real_outage_to_open(registry: CollectorRegi
     )
     sentinel.evaluate("api.ingest", "acme")
     assert gauge(registry) == 0
-    assert sentinel.breaker.state is BreakerState.CLOSED
+    assert sentinel.breaker_state is BreakerState.CLOSED
     sentinel.evaluate("api.ingest", "acme")
-    assert sentinel.breaker.state is BreakerState.OPEN
+    assert sentinel.breaker_state is BreakerState.OPEN
     assert gauge(registry) == 1
     assert transitions(registry, "open") == 1
 
@@ -184,7 +184,7 @@ def test_the_breaker_gauge_follows_every_transition(registry: CollectorRegistry)
     sentinel = memory_sentinel(registry)
     now = [0.0]
     breaker = CircuitBreaker(
-        1, 30, clock=lambda: now[0], on_transition=sentinel.hooks.breaker_transition
+        1, 30, clock=lambda: now[0], on_transition=sentinel._hooks.breaker_transition
     )
     breaker.record_failure(_permit(breaker))
     assert gauge(registry) == 1
@@ -235,12 +235,12 @@ def test_a_shared_registry_gauge_shows_the_least_healthy_breaker(
     broken.evaluate("api.ingest", "acme")
     broken.evaluate("api.ingest", "acme")
     healthy.evaluate("api.ingest", "acme")
-    assert broken.breaker.state is BreakerState.OPEN
+    assert broken.breaker_state is BreakerState.OPEN
     assert gauge(registry) == 1
     del broken
     gc.collect()
     assert gauge(registry) == 0  # the open breaker's Sentinel is gone
-    assert healthy.breaker.state is BreakerState.CLOSED
+    assert healthy.breaker_state is BreakerState.CLOSED
 
 
 def test_without_a_registry_the_default_registry_is_used() -> None:
@@ -314,7 +314,7 @@ def test_enforcing_denials_are_not_counted_as_shadow(registry: CollectorRegistry
 
 def test_the_metrics_plugin_can_be_unregistered_by_name(registry: CollectorRegistry) -> None:
     sentinel = memory_sentinel(registry)
-    sentinel.hooks.manager.unregister(name="sentinel.metrics")
+    sentinel.plugin_manager.unregister(name="sentinel.metrics")
     sentinel.evaluate("api.ingest", "acme")
     assert decisions(registry, "api.ingest", "allowed", "true") is None
 

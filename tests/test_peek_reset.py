@@ -42,7 +42,7 @@ def sentinel(redis_url: str) -> Iterator[Sentinel]:
 
 
 def state(sentinel: Sentinel, client: redis.Redis, endpoint_id: str) -> list[Any]:
-    keys = TenantIdentity("t").bucket_keys(sentinel.engine.policy(endpoint_id))
+    keys = TenantIdentity("t").bucket_keys(sentinel.policy(endpoint_id))
     return [(client.get(key), client.pttl(key)) for key in keys]
 
 

@@ -116,7 +116,7 @@ def test_an_entry_point_plugin_supplies_identity_and_tier_through_guard(
 ) -> None:
     sentinel = make_sentinel(config(redis_url), entry_points=True)
     try:
-        plugin = sentinel.hooks.manager.get_plugin(ENTRY_POINT)
+        plugin = sentinel.plugin_manager.get_plugin(ENTRY_POINT)
         assert plugin is not None
         assert Path(plugin.__file__).is_relative_to(installed)
         assert_plugin_identity_and_tier_are_used(sentinel, client)
@@ -142,7 +142,7 @@ def test_a_pip_installed_plugin_distribution_is_discovered(
     monkeypatch.syspath_prepend(str(site))
     sentinel = make_sentinel(config(redis_url), entry_points=True)
     try:
-        assert sentinel.hooks.manager.get_plugin(ENTRY_POINT) is not None
+        assert sentinel.plugin_manager.get_plugin(ENTRY_POINT) is not None
         assert_plugin_identity_and_tier_are_used(sentinel, client)
     finally:
         sentinel.close()
@@ -150,7 +150,7 @@ def test_a_pip_installed_plugin_distribution_is_discovered(
 
 def test_entry_points_false_loads_no_installed_plugin(installed: Path) -> None:
     sentinel = make_sentinel(config("memory://"), entry_points=False)
-    assert sentinel.hooks.manager.get_plugin(ENTRY_POINT) is None
+    assert sentinel.plugin_manager.get_plugin(ENTRY_POINT) is None
     assert with_key(sentinel, PRO_KEY).status == 401
 
 
@@ -159,7 +159,7 @@ def test_a_plugin_both_passed_and_installed_is_registered_once(installed: Path) 
 
     module = importlib.import_module(PACKAGE)
     sentinel = make_sentinel(config("memory://"), plugins=[module], entry_points=True)
-    assert [p for p in sentinel.hooks.manager.get_plugins() if p is module] == [module]
+    assert [p for p in sentinel.plugin_manager.get_plugins() if p is module] == [module]
     outcomes = [with_key(sentinel, FREE_KEY) for _ in range(3)]
     assert [o.status for o in outcomes] == [200, 200, 429]
 
@@ -361,7 +361,7 @@ def test_a_plugin_passed_twice_is_registered_and_called_once() -> None:
     sentinel = make_sentinel(config("memory://"), plugins=[counting, counting])
     sentinel.evaluate(ENDPOINT, "tenant-a")
 
-    assert [p for p in sentinel.hooks.manager.get_plugins() if p is counting] == [counting]
+    assert [p for p in sentinel.plugin_manager.get_plugins() if p is counting] == [counting]
     assert counting.decisions == 1
 
 

@@ -199,12 +199,12 @@ class Harness:
         self.sentinel = Sentinel(
             policy_config(**policy), registry=CollectorRegistry(), entry_points=False
         )
-        self.sentinel.engine.calendars = Calendars(lambda: self.now)
+        self.sentinel._engine.calendars = Calendars(lambda: self.now)
         self.store = MemoryStore(lambda: self.now)
 
     def decide(self, tenant: str = "acme") -> Decision:
         """What `Sentinel.evaluate` does, on this harness's store."""
-        attempt = self.sentinel.engine.begin("plan.calls", tenant_identity(tenant))
+        attempt = self.sentinel._engine.begin("plan.calls", tenant_identity(tenant))
         with attempt:
             try:
                 reply = self.store.run(attempt.call)
@@ -278,7 +278,7 @@ def test_a_state_from_a_newer_period_keeps_counting_when_time_goes_back() -> Non
 
 def test_a_time_outside_the_table_is_a_store_failure_decided_by_the_fail_mode() -> None:
     harness = Harness(at("UTC", 2026, 5, 10))
-    harness.sentinel.engine.calendars = Calendars(lambda: at("UTC", 2026, 1, 10))
+    harness.sentinel._engine.calendars = Calendars(lambda: at("UTC", 2026, 1, 10))
     decision = harness.decide()
     assert not decision.allowed
     assert decision.reason is DecisionReason.FAIL_CLOSED
@@ -309,8 +309,8 @@ def test_reading_usage_counts_nothing() -> None:
     harness = Harness(at("UTC", 2026, 5, 10, 8), rate="5/day", timezone="Asia/Tokyo")
     harness.decide()
     harness.decide()
-    call = harness.sentinel.engine.calendars.usage_call(
-        harness.sentinel.engine.policy("plan.calls"), tenant_identity("acme")
+    call = harness.sentinel._engine.calendars.usage_call(
+        harness.sentinel.policy("plan.calls"), tenant_identity("acme")
     )
     for _ in range(2):
         reply = ScriptReply.from_raw(harness.store.run(call))

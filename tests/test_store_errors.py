@@ -108,7 +108,7 @@ def test_data_errors_never_open_the_breaker(policy: dict[str, str]) -> None:
     memory = sentinel.store
     sentinel._sync_store = DataErrors()  # type: ignore[assignment]
     decisions = [sentinel.evaluate("api.ep", "broken") for _ in range(5)]
-    assert sentinel.breaker.state is BreakerState.CLOSED
+    assert sentinel.breaker_state is BreakerState.CLOSED
     expected = (
         DecisionReason.FAIL_CLOSED if policy is CLOSED else DecisionReason.REDIS_CONNECTION_ERROR
     )
@@ -125,14 +125,14 @@ def test_a_wrongtype_bucket_on_redis_does_not_open_the_breaker(redis_url: str) -
     )
     admin = redis.Redis.from_url(redis_url)
     try:
-        policy = sentinel.engine.policy("api.ep")
-        for key in sentinel.engine.script_call(policy, tenant_identity("broken")).keys:
+        policy = sentinel.policy("api.ep")
+        for key in sentinel._engine.script_call(policy, tenant_identity("broken")).keys:
             admin.rpush(key, "not", "a", "bucket")
         broken = [sentinel.evaluate("api.ep", "broken") for _ in range(4)]
         others = [sentinel.evaluate("api.ep", f"tenant-{i}") for i in range(4)]
     finally:
         sentinel.close()
         admin.close()
-    assert sentinel.breaker.state is BreakerState.CLOSED
+    assert sentinel.breaker_state is BreakerState.CLOSED
     assert {d.reason for d in broken} <= {DecisionReason.ALLOWED, DecisionReason.FAIL_CLOSED}
     assert {d.reason for d in others} == {DecisionReason.ALLOWED}

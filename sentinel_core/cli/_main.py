@@ -155,7 +155,7 @@ def _config_summary(config: SentinelConfig) -> str:
 def _plugin_summary(sentinel: Sentinel) -> str:
     names = [
         str(name)
-        for name, _ in sentinel.hooks.manager.list_name_plugin()
+        for name, _ in sentinel.plugin_manager.list_name_plugin()
         if name not in _BUILTIN_PLUGINS
     ]
     return f"{len(names)} from entry points" + (f": {', '.join(sorted(names))}" if names else "")

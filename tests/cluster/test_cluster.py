@@ -81,7 +81,7 @@ def test_anonymous_and_is_decided_in_one_slot(
 ) -> None:
     sentinel = make_sentinel(_config(cluster_url, hot=HOT))
     identity = AnonymousIdentity("device-1", "ipv4:192.0.2.7", b"k" * 32)
-    device_key, ip_key = identity.bucket_keys(sentinel.engine.policy("hot"))
+    device_key, ip_key = identity.bucket_keys(sentinel.policy("hot"))
     assert device_key.split("}")[0] == ip_key.split("}")[0]  # one hash tag
     decisions = [sentinel.evaluate("hot", identity) for _ in range(41)]
     assert [d.allowed for d in decisions] == [True] * 40 + [False]
@@ -182,7 +182,7 @@ def test_cluster_failover_follows_the_decision_table_and_resumes(
     fresh_cluster: RedisCluster,
 ) -> None:
     sentinel = make_sentinel(_failover_config(fresh_cluster.url))
-    key = TenantIdentity("tenant-hot").bucket_keys(sentinel.engine.policy("hot"))[0]
+    key = TenantIdentity("tenant-hot").bucket_keys(sentinel.policy("hot"))[0]
     sentinel.evaluate("hot", "tenant-hot")
     victim = fresh_cluster.node_for_key(key)
     time.sleep(0.2)  # let the replica acknowledge the warm-up writes

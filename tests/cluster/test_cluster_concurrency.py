@@ -32,7 +32,7 @@ def test_leases_are_taken_and_released_on_every_primary(
     held = {tenant: [sentinel.evaluate("leases", tenant) for _ in range(4)] for tenant in TENANTS}
     for decisions in held.values():
         assert [d.allowed for d in decisions] == [True, True, True, False]
-    policy = sentinel.engine.policy("leases")
+    policy = sentinel.policy("leases")
     nodes = {
         redis_cluster.node_for_key(TenantIdentity(tenant).bucket_keys(policy)[0]).port
         for tenant in TENANTS

@@ -28,7 +28,7 @@ def test_peek_writes_nothing_and_reset_refills_on_the_cluster(
                 True,
                 False,
             ]
-            keys = TenantIdentity(tenant).bucket_keys(sentinel.engine.policy("api"))
+            keys = TenantIdentity(tenant).bucket_keys(sentinel.policy("api"))
             before = [(client.get(key), client.pttl(key)) for key in keys]
             assert not sentinel.peek("api", tenant).allowed
             after = [(client.get(key), client.pttl(key)) for key in keys]

@@ -104,7 +104,7 @@ async def test_fail_open_policy_on_a_dead_redis_is_capped_by_the_emergency_limit
     decisions = Decisions()
     app = make_app(spec_config(dead_redis_url), plugins=[decisions])
     now = [1_000_000_000]
-    app.state.sentinel.engine.emergency = EmergencyLimiter(clock_ns=lambda: now[0])
+    app.state.sentinel._engine.emergency = EmergencyLimiter(clock_ns=lambda: now[0])
     async with serve(app) as http:
         burst = [await http.post("/v1/tailor", headers=auth(f"t{i}")) for i in range(6)]
         now[0] += 1_000_000_000  # one second: 2 more at 2/second

@@ -161,7 +161,7 @@ def test_fail_open_policy_on_a_dead_redis_is_capped_by_the_emergency_limiter(
     app = make_app(spec_config(dead_redis_url))
     now = [1_000_000_000_000]
     # Freeze the emergency limiter's clock: the cap is exact, not a race with time.
-    app.extensions["sentinel"].engine.emergency = EmergencyLimiter(clock_ns=lambda: now[0])
+    app.extensions["sentinel"]._engine.emergency = EmergencyLimiter(clock_ns=lambda: now[0])
     client = app.test_client()
 
     statuses = [post(client, "/v1/tailor", tenant=f"tenant-{i}").status_code for i in range(8)]

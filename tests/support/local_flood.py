@@ -35,7 +35,7 @@ def _sentinel(config: dict[str, Any]) -> Sentinel:
     sentinel = _sentinels.get(key)
     if sentinel is None:
         sentinel = _sentinels[key] = Sentinel(config, entry_points=False)
-        sentinel.engine.local_denials.clock_ns = _lookup_clock_ns
+        sentinel._engine.local_denials.clock_ns = _lookup_clock_ns
     return sentinel
 
 
@@ -56,7 +56,7 @@ def run_schedule(
     process answered locally."""
     sentinel = _sentinel(config)
     store = sentinel.store
-    anonymous = sentinel.engine.policy(endpoint_id).identity is IdentityKind.ANONYMOUS
+    anonymous = sentinel.policy(endpoint_id).identity is IdentityKind.ANONYMOUS
     admitted: list[Admission] = []
     local: list[LocalDenial] = []
     plain_run = store.run
@@ -85,7 +85,7 @@ def run_schedule(
             who = identity(device)
             decision = sentinel.evaluate(endpoint_id, who)
             if decision.local:
-                call = sentinel.engine.script_call(decision.policy, who)
+                call = sentinel._engine.script_call(decision.policy, who)
                 local.append((_lookups.last_ns // 1_000, call))
 
     try:
