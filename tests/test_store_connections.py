@@ -8,6 +8,7 @@ blur the count.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from sentinel_core import DecisionReason, Sentinel
 from tests.conftest import make_config
 from tests.support.redis_server import RedisServer
+from tests.support.tcp_proxy import TcpProxy
 
 EP = "conn.tb"
 
@@ -90,6 +92,25 @@ def test_a_connection_the_server_closed_is_replaced_before_it_carries_a_decision
     assert after["id"] != before["id"]
 
 
+def test_an_idle_connection_reset_under_it_is_replaced_before_it_carries_a_decision(
+    redis_server: RedisServer,
+) -> None:
+    with TcpProxy(redis_server.port) as proxy:
+        config = make_config(
+            proxy.url,
+            conn__tb={"algorithm": "token_bucket", "rate": "9/hour", "fail_mode": "closed"},
+        )
+        sentinel = Sentinel(config, registry=CollectorRegistry(), entry_points=False)
+        try:
+            assert sentinel.evaluate(EP, "t").allowed
+            proxy.drop_connections(reset=True)
+            decision = sentinel.evaluate(EP, "t")
+        finally:
+            sentinel.close()
+        assert decision.reason is DecisionReason.ALLOWED, "a reset idle connection is no failure"
+        assert proxy.accepted == 2
+
+
 async def test_an_async_connection_the_server_closed_is_replaced_too(
     sentinel: Sentinel, admin: redis.Redis, name: str
 ) -> None:
@@ -129,3 +150,52 @@ def test_close_disconnects_every_connection_and_a_later_decision_reconnects(
     assert connections_named(admin, name) == []
     assert sentinel.evaluate(EP, "t").allowed
     assert len(connections_named(admin, name)) == 1
+
+
+def test_a_forked_child_opens_its_own_connection_and_leaves_the_parents_alone(
+    sentinel: Sentinel, admin: redis.Redis, name: str
+) -> None:
+    # gunicorn --preload forks workers from a process that may already hold connections
+    assert sentinel.evaluate(EP, "t").allowed
+    [parents] = connections_named(admin, name)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child, which reports by exit status
+        decisions = [sentinel.evaluate(EP, f"child-{i}") for i in range(20)]
+        own = redis.Redis(
+            connection_pool=redis.ConnectionPool(**admin.connection_pool.connection_kwargs)
+        )
+        apart = len(connections_named(own, name)) == 2  # the parent's and the child's
+        os._exit(0 if apart and all(d.allowed for d in decisions) else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    decisions = [sentinel.evaluate(EP, f"parent-{i}") for i in range(20)]
+    assert {d.reason for d in decisions} == {DecisionReason.ALLOWED}
+    assert [c["id"] for c in connections_named(admin, name)] == [parents["id"]]
+
+
+def test_a_reply_error_keeps_the_connection_it_came_on(name: str) -> None:
+    # an error reply (here: over maxmemory, the script's write refused) is a whole reply:
+    # the connection is clean and stays, no reconnect
+    server = RedisServer().start()
+    sentinel = Sentinel(
+        make_config(
+            f"{server.url}?client_name={name}",
+            conn__tb={"algorithm": "token_bucket", "rate": "9/hour", "fail_mode": "closed"},
+        ),
+        registry=CollectorRegistry(),
+        entry_points=False,
+    )
+    try:
+        with server.client() as admin:
+            assert sentinel.evaluate(EP, "before").allowed
+            [connection] = connections_named(admin, name)
+            admin.config_set("maxmemory", 1)
+            refused = sentinel.evaluate(EP, "refused")
+            admin.config_set("maxmemory", 64 * 1024 * 1024)
+            after = sentinel.evaluate(EP, "after")
+            assert [c["id"] for c in connections_named(admin, name)] == [connection["id"]]
+    finally:
+        sentinel.close()
+        server.close()
+    assert refused.reason is DecisionReason.FAIL_CLOSED
+    assert after.reason is DecisionReason.ALLOWED
