@@ -7,7 +7,9 @@ store is a private redis-server, whose ``INFO commandstats`` counts the calls ma
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,10 +61,75 @@ def test_an_entry_denies_until_its_wait_measured_from_before_the_request_was_sen
 
 
 def test_an_entry_is_trusted_for_local_denials_ms_at_most() -> None:
-    table = LocalDenials(250, Clock())
+    table = LocalDenials(1_000, Clock())
     table.remember((("k", 3_600 * 10**6),), (1,), 0, 1, 0, 0)
-    assert table.lookup(("k",), (1,), 250 * MS - 1) is not None
-    assert table.lookup(("k",), (1,), 250 * MS) is None
+    assert table.lookup(("k",), (1,), 750 * MS - 1) is not None
+    assert table.lookup(("k",), (1,), 1_000 * MS) is None
+
+
+def test_an_entry_cut_short_is_renewed_ahead_of_its_end_by_one_request() -> None:
+    # the bucket's wait (an hour) outlasts local_denials_ms: in the entry's last quarter
+    # the first request asks the store (None), the others are still answered locally
+    table = LocalDenials(1_000, Clock())
+    table.remember((("k", 3_600 * 10**6),), (1,), 0, 1, 0, 0)
+    assert table.lookup(("k",), (1,), 750 * MS) is None
+    assert [table.lookup(("k",), (1,), 750 * MS + i) is not None for i in range(5)] == [True] * 5
+    assert table.lookup(("k",), (1,), 1_000 * MS - 1) is not None
+    assert table.lookup(("k",), (1,), 1_000 * MS) is None, "a renewal that never came back"
+    # the renewing request's own denial replaces the entry
+    table.remember((("k", 3_600 * 10**6),), (1,), 750 * MS, 751 * MS, 0, 0)
+    assert table.lookup(("k",), (1,), 1_400 * MS) is not None
+
+
+class SignallingLock:
+    """A lock that tells when a thread starts waiting for it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.waiting = threading.Event()
+
+    def __enter__(self) -> None:
+        self.waiting.set()
+        self.lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.lock.release()
+
+
+def test_of_two_requests_due_at_once_one_renews_and_the_other_is_answered_locally() -> None:
+    table = LocalDenials(1_000, Clock())
+    table.remember((("k", 3_600 * 10**6),), (1,), 0, 1, 0, 0)
+    lock = table._lock = SignallingLock()  # type: ignore[assignment]
+    second: list[Remembered | None] = []
+    with lock.lock:  # the second request found the entry due and waits to renew it ...
+        thread = threading.Thread(
+            target=lambda: second.append(table.lookup(("k",), (1,), 800 * MS))
+        )
+        thread.start()
+        assert lock.waiting.wait(timeout=10)
+        table._entries["k"] = table._entries["k"]._replace(renew_from_ns=None)  # ... the first did
+    thread.join(timeout=10)
+    assert second[0] is not None, "the entry is still valid: answered locally"
+
+
+def test_an_entry_that_ends_with_the_buckets_wait_is_not_renewed_ahead() -> None:
+    # there the bucket may admit again: every request asks the store, none early
+    table = LocalDenials(1_000, Clock())
+    table.remember((("k", 400_000),), (1,), 0, 1, 0, 0)
+    assert [table.lookup(("k",), (1,), 400 * MS - 1 - i) is not None for i in range(3)] == [
+        True
+    ] * 3
+    assert table.lookup(("k",), (1,), 400 * MS) is None
+
+
+def test_a_renewal_due_on_one_key_leaves_another_keys_denial_in_force() -> None:
+    # anonymous: the network's entry is due for renewal, the device's is not
+    table = LocalDenials(1_000, Clock())
+    table.remember((("device", 3_600 * 10**6),), (1,), 500 * MS, 501 * MS, 0, 0)
+    table.remember((("network", 3_600 * 10**6),), (1,), 0, 1, 0, 0)
+    entry = table.lookup(("device", "network"), (1,), 800 * MS)
+    assert entry is not None
+    assert entry.until_ns == 1_500 * MS
 
 
 def test_other_script_arguments_or_a_zero_wait_are_not_answered_locally() -> None:
@@ -186,15 +253,19 @@ def test_after_a_store_denial_the_flood_is_answered_without_redis(
         denied = {**labels, "decision_reason": "rate_limited", "allowed": "false"}
         assert sample(sentinel, "sentinel_decisions_total", denied) == 51
         # Retry-After counts down with the process clock ...
-        clock.advance(999 * MS)
+        clock.advance(749 * MS)
         later = sentinel.evaluate("api.hourly", TENANT)
         assert later.local
         assert later.retry_after_seconds == first[2].retry_after_seconds
-        # ... until local_denials_ms has passed: then the store is asked again.
+        # ... and in the last quarter of local_denials_ms one request asks the store again
+        # (the hour's wait outlasts the entry), the others still answered locally.
         clock.advance(1 * MS)
-        asked = sentinel.evaluate("api.hourly", TENANT)
-        assert not asked.local
-        assert not asked.allowed
+        renewal = [sentinel.evaluate("api.hourly", TENANT) for _ in range(5)]
+        assert [(d.local, d.allowed) for d in renewal] == [(False, False)] + [(True, False)] * 4
+        assert script_calls(admin) == calls + 1
+        # The store's denial renewed the entry: it answers past the old end.
+        clock.advance(700 * MS)
+        assert sentinel.evaluate("api.hourly", TENANT).local
         assert script_calls(admin) == calls + 1
     finally:
         sentinel.close()
@@ -212,6 +283,24 @@ def test_the_countdown_of_a_long_wait(redis_url: str, clock: Clock) -> None:
         assert local.reset_seconds == denial.reset_seconds - 1_200
     finally:
         sentinel.close()
+
+
+async def test_concurrent_coroutines_renew_an_entry_with_one_store_call(
+    redis_url: str, admin: redis.Redis, clock: Clock
+) -> None:
+    # a flood keeps many requests in flight as an entry runs out: one asks the store
+    sentinel = build(redis_url, clock)
+    try:
+        for _ in range(3):
+            await sentinel.aevaluate("api.hourly", TENANT)
+        calls = script_calls(admin)
+        clock.advance(800 * MS)
+        flood = await asyncio.gather(*(sentinel.aevaluate("api.hourly", TENANT) for _ in range(20)))
+        assert sorted(d.local for d in flood) == [False] + [True] * 19
+        assert not any(d.allowed for d in flood)
+        assert script_calls(admin) == calls + 1
+    finally:
+        await sentinel.aclose()
 
 
 async def test_aevaluate_answers_locally_too(

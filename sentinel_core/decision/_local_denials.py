@@ -19,6 +19,14 @@ the network bucket itself denies it.
 An administrative ``reset`` refills a bucket in the store; the process that resets
 forgets its entry at once (`forget`), other processes within ``local_denials_ms``.
 
+When ``local_denials_ms`` cuts an entry short of the bucket's own wait (a long wait: the
+store would still deny at its end), the requests that arrive as it runs out would all
+ask the store at once: a flood keeps many in flight, under asyncio especially. So in the
+last quarter of its life the first request that finds the entry asks the store ahead of
+its end (its denial renews the entry), and the others keep being answered locally
+meanwhile. An entry that ends with the bucket's wait is never renewed ahead: there the
+bucket may admit again.
+
 Memory is bounded: at most `MAX_ENTRIES` buckets; when full, the oldest quarter of the
 entries goes (an entry lost only costs one Redis call), so a flood over many identities
 costs amortized O(1) per denial.
@@ -49,6 +57,9 @@ class Remembered(NamedTuple):
     other arguments (a plugin resolved another policy) asks the store."""
     limit_index: int = 0
     """Layered limits: which limit denied (`Decision.limit_index`)."""
+    renew_from_ns: int | None = None
+    """From then on, one request renews the entry from the store ahead of its end; None:
+    the entry ends with the bucket's own wait, or its renewal is under way."""
 
     def retry_after_seconds(self, now_ns: int) -> int:
         """Whole seconds until ``retry_at_ns``, at least 1: counts down."""
@@ -76,6 +87,7 @@ class LocalDenials:
         self.enabled = max_ms > 0
         self.clock_ns = clock_ns
         self._max_ns = max_ms * 1_000_000
+        self._renew_ahead_ns = self._max_ns // 4
         self._max_entries = max_entries
         self._lock = threading.Lock()  # writers only; readers rely on dict.get being atomic
         self._entries: dict[str, Remembered] = {}
@@ -84,12 +96,24 @@ class LocalDenials:
         return len(self._entries)
 
     def lookup(self, keys: Sequence[str], args: tuple[int, ...], now_ns: int) -> Remembered | None:
-        """The entry that denies a request on ``keys`` with ``args`` at ``now_ns``, if any."""
+        """The entry that denies a request on ``keys`` with ``args`` at ``now_ns``, if any;
+        None also for the one request that renews an entry ahead of its end."""
         entries = self._entries
+        due: tuple[str, Remembered] | None = None
         for key in keys:
             entry = entries.get(key)
-            if entry is not None and now_ns < entry.until_ns and entry.args == args:
+            if entry is None or now_ns >= entry.until_ns or entry.args != args:
+                continue
+            if entry.renew_from_ns is None or now_ns < entry.renew_from_ns:
                 return entry
+            due = due or (key, entry)
+        if due is None:
+            return None
+        key, entry = due
+        with self._lock:
+            if entries.get(key) is not entry:
+                return entry  # another request renews it: still valid until its end
+            entries[key] = entry._replace(renew_from_ns=None)
         return None
 
     def remember(
@@ -112,7 +136,9 @@ class LocalDenials:
             if until > sent_ns:
                 retry_at = received_ns + retry_us * _NS_PER_US
                 reset_at = received_ns + reset_us * _NS_PER_US
-                entries.append((key, Remembered(until, retry_at, reset_at, args, limit_index)))
+                renew_from = until - self._renew_ahead_ns if wait_ns > self._max_ns else None
+                entry = Remembered(until, retry_at, reset_at, args, limit_index, renew_from)
+                entries.append((key, entry))
         if not entries:
             return
         with self._lock:
