@@ -6,7 +6,9 @@ Every app has three routes:
   flood's target);
 * ``/bare``: the same handler, no limiter (the stack's own cost);
 * ``/evalsha``: the same handler awaiting one bare ``EVALSHA`` of ``return 1`` (the
-  in-stack floor: one Redis round trip inside this framework and server).
+  in-stack floor: one Redis round trip inside this framework and server);
+* ``/refused``: the same handler answering 429, no limiter (what a refusal costs the
+  framework and server by themselves: Django, for one, logs every 4xx response).
 
 Chosen by environment variables, because the servers import the app themselves:
 ``FLOOD_KIND`` (``sentinel``, ``flask-limiter``, ``slowapi``, ``django-ratelimit``) and
@@ -79,16 +81,20 @@ def flask_app() -> Any:
         client.evalsha(sha, 0)
         return "ok"
 
+    def refused() -> tuple[str, int]:
+        return "ok", 429
+
     app.add_url_rule("/limited", "limited", limited)
     app.add_url_rule("/bare", "bare", handler)
     app.add_url_rule("/evalsha", "evalsha", evalsha)
+    app.add_url_rule("/refused", "refused", refused)
     return app
 
 
 def fastapi_app() -> Any:
     """FastAPI (uvicorn --workers 4): Sentinel or slowapi."""
     import redis.asyncio
-    from fastapi import FastAPI, Request
+    from fastapi import FastAPI, Request, Response
 
     kind = _logging()
     client = redis.asyncio.Redis.from_url(os.environ["FLOOD_REDIS"])
@@ -102,6 +108,10 @@ def fastapi_app() -> Any:
     async def evalsha() -> str:
         await client.eval(ONE, 0)  # EVALSHA after the first call (redis-py's script cache)
         return "ok"
+
+    @app.get("/refused")
+    async def refused() -> Response:
+        return Response('"ok"', status_code=429, media_type="application/json")
 
     if kind == "sentinel":
         import sentinel_fastapi

@@ -24,6 +24,10 @@ def evalsha(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
 
 
+def refused(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok", status=429)
+
+
 if os.environ.get("FLOOD_KIND", "sentinel") == "sentinel":
     from sentinel_django import rate_limited
 
@@ -38,4 +42,5 @@ urlpatterns = [
     path("limited", limited),
     path("bare", bare),
     path("evalsha", evalsha),
+    path("refused", refused),
 ]

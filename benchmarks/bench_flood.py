@@ -21,9 +21,11 @@ seconds, nearly every request denied. Measured:
   flood round starts a fresh second, so 3 rounds of 10 s allow 11 lines per worker);
 * **p50 of a denied response** and the **in-stack floor**: after the flood, one
   connection sends sequential requests, ``--rounds`` interleaved rounds, to ``/bare``
-  (same handler, no limiter), ``/evalsha`` (the handler running one bare ``EVALSHA``)
-  and ``/limited`` (denied). The denial's *added* p50 is ``limited - bare``; the floor
-  is ``evalsha - bare``, one Redis round trip inside that stack.
+  (same handler, no limiter), ``/evalsha`` (the handler running one bare ``EVALSHA``),
+  ``/refused`` (the handler answering 429 itself) and ``/limited`` (denied). The
+  denial's *added* p50 is ``limited - bare``, and over an unguarded 429
+  ``limited - refused`` (what the limiter adds to a refusal the framework would make
+  anyway); the floor is ``evalsha - bare``, one Redis round trip inside that stack.
 
 Run from the repository root (``wrk`` on PATH: ``apt-get install wrk``)::
 
@@ -100,6 +102,7 @@ class Result:
     flood_p50_us: float
     bare_p50_us: float
     evalsha_p50_us: float
+    refused_p50_us: float
     limited_p50_us: float
 
     @property
@@ -113,6 +116,10 @@ class Result:
     @property
     def added_us(self) -> float:
         return self.limited_p50_us - self.bare_p50_us
+
+    @property
+    def added_to_refusal_us(self) -> float:
+        return self.limited_p50_us - self.refused_p50_us
 
     @property
     def floor_us(self) -> float:
@@ -270,7 +277,12 @@ class Running:
         self.seconds = self.cpu = 0.0
         self.requests = self.denied = 0
         self.flood_p50s: list[float] = []
-        self.p50s: dict[str, list[float]] = {"bare": [], "evalsha": [], "limited": []}
+        self.p50s: dict[str, list[float]] = {
+            "bare": [],
+            "evalsha": [],
+            "refused": [],
+            "limited": [],
+        }
         self._seen = 0
         self.lines: list[str] = []
 
@@ -311,7 +323,7 @@ class Running:
 
     def result(self) -> Result:
         ours = sum(1 for line in self.lines if line.split(" ", 1)[0] == self.contender.logger)
-        bare, evalsha, limited = (statistics.median(self.p50s[r]) for r in self.p50s)
+        bare, evalsha, refused, limited = (statistics.median(self.p50s[r]) for r in self.p50s)
         return Result(
             self.contender,
             self.seconds,
@@ -324,6 +336,7 @@ class Running:
             statistics.median(self.flood_p50s),
             bare,
             evalsha,
+            refused,
             limited,
         )
 
@@ -450,6 +463,9 @@ def report(results: list[Result]) -> str:
             "floor (EVALSHA - bare) µs",
             "denial adds (denied - bare) µs",
             "added / floor",
+            "unguarded 429 p50 µs",
+            "adds to a 429 (denied - unguarded 429) µs",
+            "added to a 429 / floor",
         ),
         [
             (
@@ -460,6 +476,9 @@ def report(results: list[Result]) -> str:
                 f"{r.floor_us:.0f}",
                 f"{r.added_us:.0f}",
                 f"{r.added_us / r.floor_us:.2f}" if r.floor_us > 0 else "n/a",
+                f"{r.refused_p50_us:.0f}",
+                f"{r.added_to_refusal_us:.0f}",
+                f"{r.added_to_refusal_us / r.floor_us:.2f}" if r.floor_us > 0 else "n/a",
             )
             for r in results
         ],

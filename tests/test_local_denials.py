@@ -107,7 +107,7 @@ def test_of_two_requests_due_at_once_one_renews_and_the_other_is_answered_locall
         )
         thread.start()
         assert lock.waiting.wait(timeout=10)
-        table._entries["k"] = table._entries["k"]._replace(renew_from_ns=None)  # ... the first did
+        table._entries["k"] = table._entries["k"].renewing()  # ... the first did
     thread.join(timeout=10)
     assert second[0] is not None, "the entry is still valid: answered locally"
 

@@ -61,6 +61,12 @@ class Remembered(NamedTuple):
     """From then on, one request renews the entry from the store ahead of its end; None:
     the entry ends with the bucket's own wait, or its renewal is under way."""
 
+    def renewing(self) -> Remembered:
+        """This entry while one request renews it: valid as before, not due again."""
+        return Remembered(
+            self.until_ns, self.retry_at_ns, self.reset_at_ns, self.args, self.limit_index
+        )
+
     def retry_after_seconds(self, now_ns: int) -> int:
         """Whole seconds until ``retry_at_ns``, at least 1: counts down."""
         return max(1, -(-(self.retry_at_ns - now_ns) // _NS_PER_S))
@@ -113,7 +119,7 @@ class LocalDenials:
         with self._lock:
             if entries.get(key) is not entry:
                 return entry  # another request renews it: still valid until its end
-            entries[key] = entry._replace(renew_from_ns=None)
+            entries[key] = entry.renewing()
         return None
 
     def remember(
