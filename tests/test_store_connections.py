@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -20,7 +21,6 @@ from prometheus_client import CollectorRegistry
 from sentinel_core import DecisionReason, Sentinel
 from tests.conftest import make_config
 from tests.support.redis_server import RedisServer
-from tests.support.tcp_proxy import TcpProxy
 
 EP = "conn.tb"
 
@@ -51,6 +51,15 @@ def sentinel(redis_server: RedisServer, name: str) -> Iterator[Sentinel]:
 
 def connections_named(admin: redis.Redis, name: str) -> list[dict[str, object]]:
     return [client for client in admin.client_list() if client.get("name") == name]
+
+
+def assert_all_closed(admin: redis.Redis, name: str, timeout: float = 5.0) -> None:
+    """The server drops a closed connection when its event loop reads the FIN, a moment
+    after the client closed it: wait for that, within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while connections_named(admin, name) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert connections_named(admin, name) == []
 
 
 def test_sequential_decisions_share_one_connection(
@@ -92,25 +101,6 @@ def test_a_connection_the_server_closed_is_replaced_before_it_carries_a_decision
     assert after["id"] != before["id"]
 
 
-def test_an_idle_connection_reset_under_it_is_replaced_before_it_carries_a_decision(
-    redis_server: RedisServer,
-) -> None:
-    with TcpProxy(redis_server.port) as proxy:
-        config = make_config(
-            proxy.url,
-            conn__tb={"algorithm": "token_bucket", "rate": "9/hour", "fail_mode": "closed"},
-        )
-        sentinel = Sentinel(config, registry=CollectorRegistry(), entry_points=False)
-        try:
-            assert sentinel.evaluate(EP, "t").allowed
-            proxy.drop_connections(reset=True)
-            decision = sentinel.evaluate(EP, "t")
-        finally:
-            sentinel.close()
-        assert decision.reason is DecisionReason.ALLOWED, "a reset idle connection is no failure"
-        assert proxy.accepted == 2
-
-
 async def test_an_async_connection_the_server_closed_is_replaced_too(
     sentinel: Sentinel, admin: redis.Redis, name: str
 ) -> None:
@@ -139,7 +129,7 @@ async def test_concurrent_coroutines_get_a_connection_each_and_reuse_them(
         assert 1 <= len(connections_named(admin, name)) <= 10
     finally:
         await sentinel.aclose()
-    assert connections_named(admin, name) == []
+    assert_all_closed(admin, name)
 
 
 def test_close_disconnects_every_connection_and_a_later_decision_reconnects(
@@ -147,7 +137,7 @@ def test_close_disconnects_every_connection_and_a_later_decision_reconnects(
 ) -> None:
     assert sentinel.evaluate(EP, "t").allowed
     sentinel.close()
-    assert connections_named(admin, name) == []
+    assert_all_closed(admin, name)
     assert sentinel.evaluate(EP, "t").allowed
     assert len(connections_named(admin, name)) == 1
 

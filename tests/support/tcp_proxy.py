@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -137,21 +136,12 @@ class TcpProxy:
         for thread in threads:
             thread.join(timeout=5)
 
-    def drop_connections(self, *, reset: bool = False) -> None:
-        """Close every live connection: clients then see EOF, or with ``reset`` a TCP
-        reset (what a NAT or firewall that forgot an idle connection sends)."""
+    def drop_connections(self) -> None:
+        """Close every live connection (clients then see EOF or a reset)."""
         with self._lock:
             sockets, self._sockets = self._sockets, set()
         for sock in sockets:
-            if reset:
-                # no linger: close sends RST; SHUT_RD first wakes this socket's reader
-                # thread, whose pending recv would otherwise keep the socket open
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RD)
-                sock.close()
-            else:
-                _close(sock)
+            _close(sock)
 
     def __enter__(self) -> TcpProxy:
         return self.start()
