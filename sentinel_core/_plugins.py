@@ -106,7 +106,10 @@ class Hooks:
         return bool(self._hook.sentinel_identify.get_hookimpls())
 
     def identify(self, request: Any, policy: Policy) -> str | Identity | None:
-        result: str | Identity | None = self._hook.sentinel_identify(request=request, policy=policy)
+        hook = self._hook.sentinel_identify
+        if not hook.get_hookimpls():  # the usual case: no pluggy call on the hot path
+            return None
+        result: str | Identity | None = hook(request=request, policy=policy)
         return result
 
     def exempt(self, request: Any, policy: Policy) -> bool | None:

@@ -21,6 +21,7 @@ from sentinel_core.adapter import CANCELLED, SERVER_ERROR, Admission
 
 from . import conf
 from ._translate import decorate, denial, request_view
+from .request_log import mark_denied
 
 _ADMITTED = "_sentinel_admitted"
 """On the request: the endpoint ids it was admitted on."""
@@ -174,6 +175,7 @@ def _settle(
     request: HttpRequest, endpoint_ids: Sequence[str], admission: Admission
 ) -> HttpResponseBase | None:
     if admission.denial is not None:
+        mark_denied(request)
         return denial(admission.denial)
     setattr(request, _ADMITTED, (*getattr(request, _ADMITTED, ()), *endpoint_ids))
     setattr(request, _ADMISSIONS, [*getattr(request, _ADMISSIONS, []), admission])

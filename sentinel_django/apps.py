@@ -14,15 +14,17 @@ class SentinelAppConfig(AppConfig):  # type: ignore[misc]
     verbose_name = "Sentinel rate limiting"
 
     def ready(self) -> None:
-        """Register the checks and build the instance from ``settings.SENTINEL``.
+        """Register the checks, keep Django's per-request record of Sentinel's denials
+        out of the logs (`.request_log`), and build the instance from ``settings.SENTINEL``.
 
         Building loads the configuration and the plugins, and opens no connection: the
         Redis check runs before the first guarded request (and in ``check --deploy``).
         An invalid configuration does not stop ``ready``: the ``sentinel.E001`` system
         check reports it with its key path, and guarded requests raise it.
         """
-        from . import checks, conf
+        from . import checks, conf, request_log
 
         checks.register_checks()
+        request_log.install()
         with contextlib.suppress(ImproperlyConfigured):
             conf.runtime()

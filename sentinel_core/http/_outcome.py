@@ -300,8 +300,8 @@ def ratelimit_headers(decision: Decision, *, emergency: bool = False) -> list[tu
     is unavailable (one second of ``fallback_rate``), not the policy's own.
     """
     policy = decision.policy
-    name = f'"{_sf_string_content(decision.endpoint_id)}"'
-    pk = base64.b64encode(_partition_key(decision.identity_hash)).decode()
+    name = _field_name(decision.endpoint_id)
+    pk = _partition_key(decision.identity_hash)
     if policy.algorithm is Algorithm.CONCURRENCY or (
         policy.algorithm is Algorithm.QUOTA and not emergency
     ):
@@ -340,8 +340,21 @@ def _unwindowed_headers(
     ]
 
 
-def _partition_key(identity_hash: str) -> bytes:
-    return hashlib.sha256(b"sentinel-pk:" + identity_hash.encode()).digest()[:_PARTITION_KEY_BYTES]
+# The two caches below hold what every response of an active identity repeats: a flood
+# of denials asks for the same few values thousands of times a second.
+
+
+@functools.lru_cache(maxsize=4096)
+def _partition_key(identity_hash: str) -> str:
+    """``pk``: base64 of a truncated hash of ``identity_hash`` (never the identity)."""
+    digest = hashlib.sha256(b"sentinel-pk:" + identity_hash.encode()).digest()
+    return base64.b64encode(digest[:_PARTITION_KEY_BYTES]).decode()
+
+
+@functools.lru_cache(maxsize=1024)
+def _field_name(endpoint_id: str) -> str:
+    """``endpoint_id`` as a structured-field String, quotes included."""
+    return f'"{_sf_string_content(endpoint_id)}"'
 
 
 def _sf_string_content(text: str) -> str:

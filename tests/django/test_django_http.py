@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
@@ -232,3 +233,31 @@ def test_forged_device_cookie_is_treated_as_absent(http: Http, configure: Config
 
     assert response.status_code == 200
     assert response.cookies["sentinel_device"].value != "forged.value"
+
+
+def test_django_does_not_log_each_denial_but_keeps_every_other_response(
+    http: Http, configure: Configure, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Django logs every 4xx on ``django.request``; for Sentinel's denials Sentinel's own
+    once-a-second record stands instead, so a flood of denials does not flood the logs."""
+    configure()
+    auth = bearer("acme")
+    caplog.set_level(logging.WARNING)
+    responses = [http.post(f"{http.prefix}/ingest", Authorization=auth) for _ in range(6)]
+    missing = http.get(f"{http.prefix}/no-such-page")
+
+    assert [r.status_code for r in responses] == [200, 200, 200, 429, 429, 429]
+    assert missing.status_code == 404
+    django_records = [r for r in caplog.records if r.name == "django.request"]
+    assert [r.status_code for r in django_records] == [404]  # type: ignore[attr-defined]
+    sentinel_records = [r for r in caplog.records if r.name == "sentinel"]
+    assert len(sentinel_records) == 1  # the other two are counted into the next record
+
+
+def test_the_request_log_filter_is_installed_once() -> None:
+    from sentinel_django import request_log
+
+    request_log.install()
+    request_log.install()
+    installed = logging.getLogger("django.request").filters
+    assert sum(isinstance(f, request_log.DeniedRequestFilter) for f in installed) == 1
