@@ -279,7 +279,7 @@ def memory_usage(url: str) -> list[tuple[str, int, str]]:
                 (label, _usage(client, key), f"1 string: key {len(key)} B, value {len(value)} B")
             )
             # For scale: the same value and TTL under a 1-byte name, i.e. what the SPEC's
-            # key shape (a 64-hex-digit SHA-256 inside it) adds.
+            # key shape (prefix, the identity's 22-character hash, endpoint id) adds.
             client.set("k", value, px=60_000)
             rows.append((f"{label}, same value under a 1-byte key", _usage(client, "k"), ""))
             client.delete("k")
@@ -384,7 +384,7 @@ def report(measured: Measured, local: dict[str, Stats], memory: list[tuple[str, 
     ]
     lines += [
         "",
-        f"`MEMORY USAGE` after {LIMIT} hits at {RATE} (target ≤ 100 bytes per Sentinel bucket):",
+        f"`MEMORY USAGE` after {LIMIT} hits at {RATE} (what one bucket holds in Redis):",
         "",
         markdown_table(["bucket", "bytes", "shape"], memory),
     ]

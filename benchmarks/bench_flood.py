@@ -36,6 +36,7 @@ Run from the repository root (``wrk`` on PATH: ``apt-get install wrk``)::
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import re
@@ -47,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -418,6 +420,99 @@ def in_process(rounds: int = 10, per_round: int = 500) -> str:
     )
 
 
+WSGI_ROUTES = ("bare", "evalsha", "refused", "limited")
+
+
+def warm_wsgi(framework: str, rounds: int = 10, per_round: int = 300) -> dict[str, float]:
+    """The gunicorn apps' routes called in one warm process, no server: the p50 µs of
+    each WSGI call (Sentinel's app, a private redis-server, the flooded bucket already
+    answered locally). Run once per process: Django configures its settings only once."""
+    import io
+    from wsgiref.util import setup_testing_defaults
+
+    from benchmarks import _flood_apps
+
+    with private_redis() as server:
+        os.environ["FLOOD_REDIS"] = server.url
+        os.environ["FLOOD_KIND"] = "sentinel"
+        app = _flood_apps.flask_app() if framework == "flask" else _flood_apps.django_app()
+        logging.getLogger().setLevel(logging.WARNING)  # as in the servers: INFO off for speed
+        authorization = f"Bearer {token()}"
+
+        def call(path: str) -> Callable[[], object]:
+            environ: dict[str, object] = {
+                "PATH_INFO": path,
+                "REMOTE_ADDR": "127.0.0.1",
+                "HTTP_AUTHORIZATION": authorization,
+            }
+            setup_testing_defaults(environ)
+            statuses: list[str] = []
+
+            def start_response(status: str, headers: object, exc_info: object = None) -> None:
+                statuses.append(status)
+
+            def request() -> object:
+                environ["wsgi.input"] = io.BytesIO()
+                body = app(dict(environ), start_response)
+                try:
+                    return b"".join(body)
+                finally:
+                    getattr(body, "close", lambda: None)()
+
+            request.statuses = statuses  # type: ignore[attr-defined]
+            return request
+
+        calls = {route: call(f"/{route}") for route in WSGI_ROUTES}
+        for _ in range(20):  # flood the bucket until it is answered locally
+            calls["limited"]()
+        stats = run_rounds(calls, rounds=rounds, per_round=per_round)
+        statuses = calls["limited"].statuses  # type: ignore[attr-defined]
+        if not statuses[-1].startswith("429"):
+            raise RuntimeError(f"{framework}: /limited was not denied: {statuses[-1]}")
+    return {route: stats[route].p50_us for route in WSGI_ROUTES}
+
+
+def warm_table() -> str:
+    """`warm_wsgi` for Flask and Django, each in a fresh interpreter."""
+    rows = []
+    for framework in ("flask", "django"):
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.bench_flood", "--warm-wsgi", framework],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        ).stdout
+        p50 = json.loads(out.strip().splitlines()[-1])
+        floor = p50["evalsha"] - p50["bare"]
+        added = p50["limited"] - p50["bare"]
+        over_refusal = p50["limited"] - p50["refused"]
+        rows.append(
+            (
+                f"Sentinel ({framework.capitalize()}), WSGI app in a warm process",
+                *(f"{p50[route]:.1f}" for route in WSGI_ROUTES),
+                f"{floor:.1f}",
+                f"{added:.1f}",
+                f"{added / floor:.2f}",
+                f"{over_refusal / floor:.2f}",
+            )
+        )
+    return markdown_table(
+        (
+            "no server",
+            "bare p50 µs",
+            "bare + EVALSHA p50 µs",
+            "unguarded 429 p50 µs",
+            "denied p50 µs",
+            "floor µs",
+            "denial adds µs",
+            "added / floor",
+            "added to a 429 / floor",
+        ),
+        rows,
+    )
+
+
 def _lines(log: IO[str]) -> list[str]:
     log.seek(0)
     return log.readlines()
@@ -509,13 +604,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="latency probe rounds")
     parser.add_argument("--only", action="append", help="contender names to run (substring)")
     parser.add_argument("--plot", type=Path, help="write the comparison as a PNG here")
-    parser.add_argument(
-        "--in-process-only", action="store_true", help="only the serverless local-denial table"
-    )
+    parser.add_argument("--in-process-only", action="store_true", help="only the serverless tables")
+    parser.add_argument("--warm-wsgi", choices=("flask", "django"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.warm_wsgi:
+        print(json.dumps(warm_wsgi(args.warm_wsgi)))
+        return 0
     if args.in_process_only:
         print(machine_note())
         print(in_process())
+        print()
+        print(warm_table())
         return 0
     if shutil.which("wrk") is None:
         print("wrk not found: apt-get install wrk", file=sys.stderr)
@@ -534,6 +633,8 @@ def main(argv: list[str] | None = None) -> int:
     print(report(results))
     print()
     print(in_process())
+    print()
+    print(warm_table())
     if args.plot:
         plot(results, args.plot)
     return 0

@@ -174,15 +174,18 @@ class _AppHooks:
     def before_request(self) -> Response | None:
         if not self.validated:
             self._validate_once()
-        rule = request.url_rule
+        # The proxies resolved once: each access through one costs a context lookup.
+        native = request._get_current_object()  # type: ignore[attr-defined]
+        rule = native.url_rule
         if rule is None:
             # Routing failed (404, 405): not a route of the app, nothing to guard.
             return None
         app = current_app._get_current_object()  # type: ignore[attr-defined]
-        method = request.method
+        method = native.method
         decorated = handler_endpoints(app.view_functions.get(rule.endpoint), method)
-        endpoint_ids = core_of(app).route_table.charged(method, (rule.rule,), decorated)
-        return admit_request(endpoint_ids) if endpoint_ids else None
+        core = core_of(app)
+        endpoint_ids = core.route_table.charged(method, (rule.rule,), decorated)
+        return admit_request(app, core, native, endpoint_ids) if endpoint_ids else None
 
     def _validate_once(self) -> None:
         with self._lock:

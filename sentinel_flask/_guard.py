@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from flask import Flask, Response, current_app, g, request
+from flask import Flask, Request, Response, g
 
 import sentinel_core
 from sentinel_core.adapter import SERVER_ERROR, Admission
@@ -40,13 +40,14 @@ def core_of(app: Flask) -> sentinel_core.Sentinel:
     return core
 
 
-def admit_request(endpoint_ids: Sequence[str]) -> Response | None:
-    """Admit the current request on ``endpoint_ids``: the denial response, or None (the
-    admission waits on `flask.g` for `finish_response`)."""
-    native = request._get_current_object()  # type: ignore[attr-defined]
-    admission = core_of(current_app).admit(request_view(native), endpoint_ids)
+def admit_request(
+    app: Flask, core: sentinel_core.Sentinel, native: Request, endpoint_ids: Sequence[str]
+) -> Response | None:
+    """Admit ``native``, the current request of ``app``, on ``endpoint_ids``: the denial
+    response, or None (the admission waits on `flask.g` for `finish_response`)."""
+    admission = core.admit(request_view(native), endpoint_ids)
     if admission.denial is not None:
-        return denial_response(admission.denial)
+        return denial_response(app, admission.denial)
     setattr(g, _ADMISSION, admission)
     setattr(g, _ADMITTED, tuple(endpoint_ids))
     return None

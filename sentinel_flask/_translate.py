@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from flask import Request, Response, current_app
+from flask import Flask, Request, Response
 from werkzeug.datastructures import Headers
 
 from sentinel_core.adapter import Admission, Outcome, RequestView
@@ -73,12 +73,10 @@ def request_view(request: Request) -> RequestView:
     )
 
 
-def denial_response(outcome: Outcome) -> Response:
-    """A denied outcome (401, 429, 503) as the app's response class; its headers carry
+def denial_response(app: Flask, outcome: Outcome) -> Response:
+    """A denied outcome (401, 429, 503) as ``app``'s response class; its headers carry
     the problem+json ``Content-Type``."""
-    return current_app.response_class(
-        outcome.body, status=outcome.status, headers=list(outcome.headers)
-    )
+    return app.response_class(outcome.body, status=outcome.status, headers=list(outcome.headers))
 
 
 def decorate_response(response: Response, admission: Admission) -> None:
