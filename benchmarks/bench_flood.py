@@ -25,7 +25,10 @@ seconds, nearly every request denied. Measured:
   ``/refused`` (the handler answering 429 itself) and ``/limited`` (denied). The
   denial's *added* p50 is ``limited - bare``, and over an unguarded 429
   ``limited - refused`` (what the limiter adds to a refusal the framework would make
-  anyway); the floor is ``evalsha - bare``, one Redis round trip inside that stack.
+  anyway); the floor is ``evalsha - bare``, one Redis round trip inside that stack;
+* the same four routes of the Flask and Django apps called in one warm process, no
+  server (`warm_wsgi`), and the core's own local denial (`in_process`): what the same
+  code costs when no other process runs between two requests.
 
 Run from the repository root (``wrk`` on PATH: ``apt-get install wrk``)::
 
