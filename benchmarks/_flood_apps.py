@@ -11,7 +11,8 @@ Every app has three routes:
   framework and server by themselves: Django, for one, logs every 4xx response).
 
 Chosen by environment variables, because the servers import the app themselves:
-``FLOOD_KIND`` (``sentinel``, ``flask-limiter``, ``slowapi``, ``django-ratelimit``) and
+``FLOOD_KIND`` (``sentinel``, ``flask-limiter``, ``slowapi``, ``django-ratelimit``;
+``sentinel-unobserved``: Flask, Sentinel's built-in metrics and log unregistered) and
 ``FLOOD_REDIS`` (the private redis-server's URL). Logging goes to stderr at INFO, as an
 app that keeps its libraries' INFO records would have it: the benchmark counts lines.
 """
@@ -64,11 +65,15 @@ def flask_app() -> Any:
     def handler() -> str:
         return "ok"
 
-    if kind == "sentinel":
+    if kind.startswith("sentinel"):
         import sentinel_flask
 
         app.config["SENTINEL"] = sentinel_config()
-        sentinel_flask.Sentinel(app)
+        extension = sentinel_flask.Sentinel(app)
+        if kind == "sentinel-unobserved":
+            manager = extension.get_core(app).plugin_manager
+            for name in ("sentinel.metrics", "sentinel.logging"):
+                manager.unregister(name=name)
         limited = sentinel_flask.rate_limited("flood")(handler)
     else:
         from flask_limiter import Limiter

@@ -90,6 +90,11 @@ CONTENDERS = (
     Contender("Sentinel (Django)", "django", "sentinel", "sentinel"),
     Contender("django-ratelimit", "django", "django-ratelimit", "django_ratelimit"),
 )
+WITHOUT_OBSERVERS = Contender(
+    "Sentinel (Flask), built-in observers off", "flask", "sentinel-unobserved", "sentinel"
+)
+"""With ``--without-observers``: what the built-in metrics and denial log (SPEC §6-§7,
+run on every decision) cost a local denial, through the same server."""
 
 
 @dataclass
@@ -608,6 +613,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", help="contender names to run (substring)")
     parser.add_argument("--plot", type=Path, help="write the comparison as a PNG here")
     parser.add_argument("--in-process-only", action="store_true", help="only the serverless tables")
+    parser.add_argument(
+        "--without-observers",
+        action="store_true",
+        help="also Sentinel (Flask) with its built-in metrics and log unregistered",
+    )
     parser.add_argument("--warm-wsgi", choices=("flask", "django"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.warm_wsgi:
@@ -622,9 +632,10 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("wrk") is None:
         print("wrk not found: apt-get install wrk", file=sys.stderr)
         return 2
+    contenders = CONTENDERS + ((WITHOUT_OBSERVERS,) if args.without_observers else ())
     chosen = [
         c
-        for c in CONTENDERS
+        for c in contenders
         if not args.only or any(o.lower() in c.name.lower() for o in args.only)
     ]
     print(machine_note())
