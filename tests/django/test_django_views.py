@@ -265,6 +265,18 @@ def test_app_ready_builds_sentinel_without_network_io(configure: Configure, redi
     assert after == before  # the admin client's connection was already counted
 
 
+def test_a_runtime_built_while_waiting_for_the_lock_is_not_built_again(
+    configure: Configure,
+) -> None:
+    """The check under the lock: a thread that found no runtime, then waited while
+    another built one, returns that one (deterministically: `_build` called with the
+    runtime already there, as that thread gets past the lock)."""
+    configure()
+    first = conf.runtime()
+
+    assert conf._build() is first
+
+
 def test_unfit_redis_fails_every_guarded_request_with_the_check_message(
     configure: Configure, lru_redis_server: RedisServer
 ) -> None:
