@@ -21,6 +21,7 @@ from sentinel_django import _loops, conf, rate_limited
 from sentinel_django._runtime import RECHECK_SECONDS
 from sentinel_django.middleware import SentinelMiddleware
 from tests.support.adapter_config import bearer
+from tests.support.contended_lock import ContendedLock
 from tests.support.redis_admin import RedisAdmin
 from tests.support.redis_server import RedisServer
 
@@ -275,6 +276,39 @@ def test_a_runtime_built_while_waiting_for_the_lock_is_not_built_again(
     first = conf.runtime()
 
     assert conf._build() is first
+
+
+def test_a_startup_check_run_while_waiting_for_the_lock_is_not_run_again(
+    configure: Configure, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two first requests: the second waits while the first runs the check, then finds
+    it done (the thread handshake makes the order certain, not a likely race)."""
+    configure()
+    runtime = conf.runtime()
+    lock = ContendedLock()
+    monkeypatch.setattr(runtime, "_lock", lock)
+    checking, finish = threading.Event(), threading.Event()
+    checks: list[str] = []
+    startup = runtime.sentinel.startup
+
+    def slow_startup() -> None:
+        checks.append(threading.current_thread().name)
+        checking.set()
+        assert finish.wait(10)
+        startup()
+
+    monkeypatch.setattr(runtime.sentinel, "startup", slow_startup)
+    first = threading.Thread(target=runtime.ensure_started, name="first")
+    second = threading.Thread(target=runtime.ensure_started, name="second")
+    first.start()
+    assert checking.wait(10)  # the first request runs the check, holding the lock
+    second.start()
+    assert lock.contended.wait(10)  # the second waits for it
+    finish.set()
+    first.join(10)
+    second.join(10)
+
+    assert checks == ["first"]
 
 
 def test_unfit_redis_fails_every_guarded_request_with_the_check_message(

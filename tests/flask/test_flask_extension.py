@@ -18,6 +18,7 @@ from sentinel_core import ConfigError, StartupError, UnknownEndpointError
 from sentinel_flask import Sentinel, rate_limited
 from tests.flask.apps import MakeApp, with_routes
 from tests.support.adapter_config import bearer, spec_config
+from tests.support.contended_lock import ContendedLock
 from tests.support.redis_server import RedisServer
 
 
@@ -387,22 +388,6 @@ def test_plugins_given_to_the_extension_see_the_flask_request(make_app: MakeApp)
     assert all(isinstance(native, Request) for native in plugin.natives)
 
 
-class _ContendedLock:
-    """A lock that says when a second thread starts waiting for it."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.contended = threading.Event()
-
-    def __enter__(self) -> None:
-        if not self._lock.acquire(blocking=False):
-            self.contended.set()
-            self._lock.acquire()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._lock.release()
-
-
 class _SlowToInspect:
     """A view whose inspection by the validation blocks until released, and is counted."""
 
@@ -438,7 +423,7 @@ def test_requests_racing_the_first_validation_wait_for_it_and_validate_once(
     view = _SlowToInspect()
     app.add_url_rule("/slow", view_func=view)
     (hook,) = app.before_request_funcs[None]
-    lock = _ContendedLock()
+    lock = ContendedLock()
     hook.__self__._lock = lock  # type: ignore[attr-defined]
     statuses: list[int] = []
 
