@@ -175,7 +175,7 @@ def _settle(
     request: HttpRequest, endpoint_ids: Sequence[str], admission: Admission
 ) -> HttpResponseBase | None:
     if admission.denial is not None:
-        mark_denied(request)
+        mark_denied(request, admission.denial)
         return denial(admission.denial)
     setattr(request, _ADMITTED, (*getattr(request, _ADMITTED, ()), *endpoint_ids))
     setattr(request, _ADMISSIONS, [*getattr(request, _ADMISSIONS, []), admission])

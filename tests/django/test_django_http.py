@@ -245,11 +245,14 @@ def test_django_does_not_log_each_denial_but_keeps_every_other_response(
     caplog.set_level(logging.WARNING)
     responses = [http.post(f"{http.prefix}/ingest", Authorization=auth) for _ in range(6)]
     missing = http.get(f"{http.prefix}/no-such-page")
+    # No decision, no Sentinel record: Django's record of a 401 stays.
+    unauthenticated = http.post(f"{http.prefix}/ingest")
 
     assert [r.status_code for r in responses] == [200, 200, 200, 429, 429, 429]
     assert missing.status_code == 404
+    assert unauthenticated.status_code == 401
     django_records = [r for r in caplog.records if r.name == "django.request"]
-    assert [r.status_code for r in django_records] == [404]  # type: ignore[attr-defined]
+    assert [r.status_code for r in django_records] == [404, 401]  # type: ignore[attr-defined]
     sentinel_records = [r for r in caplog.records if r.name == "sentinel"]
     assert len(sentinel_records) == 1  # the other two are counted into the next record
 
