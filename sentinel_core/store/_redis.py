@@ -51,6 +51,10 @@ except ImportError:  # pragma: no cover - older redis-py
     _NO_CLIENT_SETINFO = {"lib_name": None, "lib_version": None}
 
 
+UNCAPPED_CONNECTIONS = 2**31 - 1
+"""No client-side cap on a pool's connections (redis-py's own default is 100)."""
+
+
 def connection_options(socket_timeout_ms: int) -> dict[str, Any]:
     """redis-py options that keep every call within one ``socket_timeout_ms`` budget.
 
@@ -60,6 +64,13 @@ def connection_options(socket_timeout_ms: int) -> dict[str, Any]:
     RESP2, whatever redis-py's default: no HELLO round trip per connection, and under
     redis-py 8's RESP3 default the asyncio pool skips its stale-connection check, so
     after a Redis restart every pooled connection failed once and re-opened the breaker.
+
+    No cap on connections: redis-py's pools refuse the 101st concurrent command with
+    ``MaxConnectionsError``, a ``ConnectionError`` that the decision table would count as
+    a Redis failure, so a spike of requests on one worker (the moment a rate limiter is
+    for) answered 503s and opened the breaker with a healthy Redis. What bounds the
+    connections is the work in flight in the process (its threads, or its tasks' script
+    calls); Redis's own ``maxclients`` is the real limit, and its refusal is a Redis error.
     """
     seconds = socket_timeout_ms / 1000
     return {
@@ -68,6 +79,7 @@ def connection_options(socket_timeout_ms: int) -> dict[str, Any]:
         "retry_on_error": [],
         "health_check_interval": 0,
         "protocol": 2,
+        "max_connections": UNCAPPED_CONNECTIONS,
         **_NO_CLIENT_SETINFO,
     }
 

@@ -56,47 +56,52 @@ class Deployment:
     ingest_status: int = 200
 
 
-def _gunicorn(app: str, *options: str) -> tuple[str, ...]:
+def gunicorn(app: str, *options: str) -> tuple[str, ...]:
     return ("gunicorn", *options, "--bind", "127.0.0.1:{port}", "--log-level", "warning", app)
+
+
+def uvicorn(workers: int) -> tuple[str, ...]:
+    """The FastAPI example under uvicorn with ``workers`` processes."""
+    return (
+        "uvicorn",
+        "examples.fastapi_app:app",
+        "--workers",
+        str(workers),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        "--log-level",
+        "warning",
+        "--no-access-log",
+    )
 
 
 DEPLOYMENTS = (
     Deployment(
         "fastapi-uvicorn-w4",
-        (
-            "uvicorn",
-            "examples.fastapi_app:app",
-            "--workers",
-            "4",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "{port}",
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ),
+        uvicorn(4),
         ROOT,
         processes=4,
         concurrency=8,
     ),
     Deployment(
         "flask-gunicorn-w4",
-        _gunicorn("examples.flask_app:app", "-w", "4"),
+        gunicorn("examples.flask_app:app", "-w", "4"),
         ROOT,
         processes=4,
         concurrency=4,
     ),
     Deployment(
         "flask-gunicorn-w2-threads8",
-        _gunicorn("examples.flask_app:app", "-w", "2", "--threads", "8"),
+        gunicorn("examples.flask_app:app", "-w", "2", "--threads", "8"),
         ROOT,
         processes=2,
         concurrency=8,
     ),
     Deployment(
         "django-gunicorn-w4",
-        _gunicorn("wsgi:application", "-w", "4"),
+        gunicorn("wsgi:application", "-w", "4"),
         ROOT / "examples" / "django_app",
         processes=4,
         concurrency=4,
@@ -104,7 +109,7 @@ DEPLOYMENTS = (
     ),
     Deployment(
         "django-gunicorn-w2-threads8",
-        _gunicorn("wsgi:application", "-w", "2", "--threads", "8"),
+        gunicorn("wsgi:application", "-w", "2", "--threads", "8"),
         ROOT / "examples" / "django_app",
         processes=2,
         concurrency=8,
