@@ -4,18 +4,23 @@ its key path at load, a `TypeError` from the facade, never a silent default or a
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from prometheus_client import CollectorRegistry
 
 from sentinel_core import ConfigError, DecisionReason, Sentinel, hookimpl, load_config
 from sentinel_core._models import Policy, Rate
+from sentinel_core.cli._main import main as cli_main
 from sentinel_core.resilience._emergency import EmergencyLimiter
 from sentinel_core.store._protocol import ServerReport
 from sentinel_core.store._scripts import script_args
+from sentinel_core.store._url import resolve
 
 SECRET = "s" * 40
 POLICY = {"algorithm": "token_bucket", "rate": "5/second", "fail_mode": "closed"}
@@ -31,6 +36,97 @@ def refused(source: Any) -> str:
     return str(caught.value)
 
 
+FAILING_AT_CONNECT = [
+    # (URL, the message naming the part, what redis-py says when it builds a connection)
+    (
+        "redis://h:27301:6379",
+        "redis_url: the port must be a number from 1 to 65535, got '27301:6379'",
+        "Port could not be cast",
+    ),
+    (
+        "redis://h:\u0666\u0663\u0667\u0669",
+        "redis_url: the port must be a number from 1 to 65535, got '\u0666\u0663\u0667\u0669'",
+        "Port could not be cast",
+    ),
+    (
+        "redis://h/0?db=\u00b2",
+        "redis_url: invalid value '\u00b2' for the option 'db'",
+        "Invalid value for 'db'",
+    ),
+    (
+        "redis://h?db=\u00b2",
+        "redis_url: invalid value '\u00b2' for the option 'db'",
+        "Invalid value for 'db'",
+    ),
+    ("redis://h/\u00b2", "redis_url: the database must be a number, got '\u00b2'", "db 0"),
+    (
+        "redis://h?ssl_cert_reqs=none",
+        "redis_url: the option 'ssl_cert_reqs' needs a TLS URL (rediss:// or valkeys://)",
+        "unexpected keyword argument 'ssl_cert_reqs'",
+    ),
+    (
+        "redis://h?ssl_check_hostname=false",
+        "redis_url: the option 'ssl_check_hostname' needs a TLS URL",
+        "unexpected keyword argument 'ssl_check_hostname'",
+    ),
+    (
+        "unix:///tmp/r.sock?ssl_certfile=c.pem",
+        "redis_url: the option 'ssl_certfile' needs a TLS URL",
+        "unexpected keyword argument 'ssl_certfile'",
+    ),
+    (
+        "unix:///tmp/r.sock?db=\u00b2",
+        "redis_url: invalid value '\u00b2' for the option 'db'",
+        "Invalid value for 'db'",
+    ),
+    ("redis://[::1", "redis_url: '[::1' is not a bracketed IPv6 address", "Invalid IPv6 URL"),
+    (
+        "redis://[zz]:1",
+        "redis_url: '[zz]:1' is not a bracketed IPv6 address",
+        "does not appear to be an IPv4 or IPv6 address",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://h/1?db=2", "redis_url: the database is given twice: /1 and ?db=2"),
+        ("redis://h?db=1&db=2", "redis_url: the option 'db' is given twice"),
+        ("redis://h x", "redis_url: 'h x' is not a host name"),
+        ("redis://h%20x", "redis_url: 'h%20x' is not a host name"),
+        ("redis+cluster://h:27301:6379", "redis_url: the port must be a number from 1 to 65535"),
+        ("redis+cluster://h:\u0661", "redis_url: the port must be a number from 1 to 65535"),
+        ("redis+cluster://[::1:7000", "redis_url: '[::1:7000' is not a bracketed IPv6 address"),
+        ("redis+cluster://h:1/\u00b2", "redis_url: nothing may follow the hosts of a cluster URL"),
+        ("redis+cluster://h:1?db=1", "redis_url: nothing may follow the hosts of a cluster URL"),
+        ("redis+sentinel://h:27301:6379/s", "redis_url: the port must be a number from 1 to"),
+        ("redis+sentinel://h:1/s/\u00b2", "redis_url: expected redis+sentinel://host:port"),
+        ("redis+sentinel://h:1/s?db=1", "redis_url: expected redis+sentinel://host:port"),
+    ],
+)
+def test_cluster_sentinel_and_ambiguous_urls_are_refused_naming_the_part(
+    url: str, message: str
+) -> None:
+    assert refused(config(url)).startswith(message)
+
+
+@pytest.mark.parametrize("url", [url for url, _, _ in FAILING_AT_CONNECT])
+def test_sentinel_check_says_what_is_wrong_with_the_url_without_a_traceback(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "sentinel.toml"
+    path.write_text(f"[sentinel]\nredis_url = {json.dumps(url)}\n[sentinel.policies]\n")
+    assert cli_main(["check", str(path)]) == 2
+    printed = capsys.readouterr()
+    assert "redis_url: " in printed.out + printed.err
+    assert "Traceback" not in printed.out + printed.err
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["check", str(path), "--redis", url])
+    assert exit_info.value.code == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("url", "message"),
     [
@@ -40,7 +136,7 @@ def refused(source: Any) -> str:
         ("redis://h:99999", "redis_url: the port must be a number from 1 to 65535, got '99999'"),
         ("redis://h/zero", "redis_url: the database must be a number, got 'zero'"),
         ("redis://h/0?db=x", "redis_url: invalid value 'x' for the option 'db'"),
-        ("redis://h/0?ssl_cert_reqs=maybe", "redis_url: invalid value 'maybe' for the option"),
+        ("rediss://h/0?ssl_cert_reqs=maybe", "redis_url: invalid value 'maybe' for the option"),
         ("redis://h/0?client_name=", "redis_url: invalid value '' for the option 'client_name'"),
         ("redis://h/0?socket_timeout=5", "redis_url: unknown option 'socket_timeout' (allowed:"),
         ("redis://h/0?db", "redis_url: the query 'db' does not parse"),
@@ -49,10 +145,24 @@ def refused(source: Any) -> str:
         ("memory://here", "redis_url: memory:// takes nothing after the scheme"),
         ("http://x", "redis_url: unsupported scheme in 'http://x'; expected one of redis://"),
         ("redis+cluster://h:0", "redis_url: the port must be a number from 1 to 65535, got '0'"),
+        *[(url, message) for url, message, _ in FAILING_AT_CONNECT],
     ],
 )
 def test_a_redis_url_that_does_not_parse_completely_is_refused(url: str, message: str) -> None:
     assert refused(config(url)).startswith(message)
+
+
+@pytest.mark.parametrize(("url", "message", "cause"), FAILING_AT_CONNECT)
+def test_each_url_refused_at_load_would_have_failed_at_connect(
+    url: str, message: str, cause: str
+) -> None:
+    """The table above is not stricter than redis-py: each of its URLs fails (or, for
+    ``/²``, quietly means db 0) when redis-py builds a connection from it."""
+    if cause == "db 0":
+        assert redis.ConnectionPool.from_url(url).make_connection().db == 0
+        return
+    with pytest.raises((ValueError, TypeError), match=re.escape(cause)):
+        redis.ConnectionPool.from_url(url).make_connection()
 
 
 @pytest.mark.parametrize(
@@ -65,10 +175,29 @@ def test_a_redis_url_that_does_not_parse_completely_is_refused(url: str, message
         "redis://[::1]:6379/0",
         "unix:///tmp/redis.sock?db=1",
         "redis+sentinel://h:26379/primary/1",
+        "redis+cluster://h:7000,[::1]:7001/",
+        "rediss://h?ssl_ca_certs=/etc/ca.pem&ssl_certfile=c.pem&ssl_keyfile=k.pem",
+        "redis://u:p@[2001:db8::1]:6380?db=3&client_name=a%20b",
     ],
 )
 def test_complete_redis_urls_load(url: str) -> None:
     assert load_config(config(url)).redis_url == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:6379/0",
+        "REDIS://h:1/15?client_name=web",
+        "rediss://user:pw@h:6380/2?ssl_cert_reqs=none&ssl_check_hostname=false",
+        "redis://[::1]:6379?db=2",
+        "unix:///tmp/redis.sock?db=1",
+        "valkeys://h?ssl_cert_reqs=required",
+    ],
+)
+def test_redis_py_builds_a_connection_from_every_url_the_loader_accepts(url: str) -> None:
+    canonical = resolve(load_config(config(url)).redis_url)[1]
+    redis.ConnectionPool.from_url(canonical).make_connection()
 
 
 def anonymous(**section: Any) -> dict[str, Any]:

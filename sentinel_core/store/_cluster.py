@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from functools import partial
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis.asyncio.cluster
 import redis.asyncio.sentinel
@@ -30,7 +29,6 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from sentinel_core.errors import ConfigError
 from sentinel_core.store._errors import translated
 from sentinel_core.store._protocol import (
     Check,
@@ -42,35 +40,7 @@ from sentinel_core.store._protocol import (
 )
 from sentinel_core.store._redis import AsyncRedisStore, RedisStore, connection_options
 from sentinel_core.store._scripts import ScriptCall
-
-CLUSTER_SCHEME = "redis+cluster://"
-SENTINEL_SCHEME = "redis+sentinel://"
-
-
-def parse_hosts(url: str, scheme: str) -> list[tuple[str, int]]:
-    """The ``host:port`` list of a ``redis+cluster://`` or ``redis+sentinel://`` URL."""
-    netloc = url[len(scheme) :].split("/", 1)[0]
-    hosts = []
-    for entry in filter(None, netloc.split(",")):
-        parsed = urlsplit(f"//{entry}")
-        port = parsed.port  # its range was checked with the URL (`store._url`)
-        if not parsed.hostname or port is None:
-            raise ConfigError("redis_url", f"expected host:port in {entry!r}")
-        hosts.append((parsed.hostname, port))
-    if not hosts:
-        raise ConfigError("redis_url", f"no host:port in {url!r}")
-    return hosts
-
-
-def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], str, int]:
-    """``redis+sentinel://h:p[,h:p]/service[/db]`` → (sentinels, service name, db)."""
-    hosts = parse_hosts(url, SENTINEL_SCHEME)
-    path = [part for part in url[len(SENTINEL_SCHEME) :].split("/")[1:] if part]
-    if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
-        raise ConfigError(
-            "redis_url", "expected redis+sentinel://host:port[,host:port]/service[/db]"
-        )
-    return hosts, path[0], int(path[1]) if len(path) == 2 else 0
+from sentinel_core.store._url import CLUSTER_SCHEME, parse_hosts, parse_sentinel_url
 
 
 def _merge(reports: list[tuple[str, ServerReport]]) -> ServerReport:

@@ -71,6 +71,25 @@ def test_invalid_configuration_is_e001_naming_the_key_path(
 
 
 @pytest.mark.parametrize(
+    ("url", "part"),
+    [
+        ("redis://127.0.0.1:27301:6379", "the port must be a number from 1 to 65535"),
+        ("redis://127.0.0.1/0?db=\u00b2", "invalid value '\u00b2' for the option 'db'"),
+        ("redis://127.0.0.1/\u00b2", "the database must be a number"),
+        ("redis://127.0.0.1?ssl_cert_reqs=none", "the option 'ssl_cert_reqs' needs a TLS URL"),
+    ],
+)
+def test_a_redis_url_redis_py_would_fail_on_is_e001_at_check_time(url: str, part: str) -> None:
+    """A load-time error, reported by ``manage.py check`` (which runserver and migrate
+    run first), naming the part: not a ValueError on every guarded request."""
+    with override_settings(SENTINEL=spec_config(url)):
+        messages = _sentinel_messages()
+
+    assert _ids(messages) == ["sentinel.E001"]
+    assert f"settings.SENTINEL: redis_url: {part}" in messages[0].msg
+
+
+@pytest.mark.parametrize(
     "value", [None, ["not", "a", "dict"]], ids=["missing_setting", "not_a_mapping"]
 )
 def test_missing_or_non_mapping_setting_is_e001(value: Any) -> None:

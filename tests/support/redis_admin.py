@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from sentinel_core.store._cluster import CLUSTER_SCHEME, parse_hosts
+from sentinel_core.store._url import CLUSTER_SCHEME, parse_hosts
 
 
 class RedisAdmin:
