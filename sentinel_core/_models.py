@@ -79,6 +79,9 @@ class Policy:
     layers: tuple[Rate, ...] = ()
     """Layered limits (``rates``): the limits after ``rate``, each of capacity its count;
     every one must allow."""
+    network_layers: tuple[Rate, ...] = ()
+    """A layered anonymous policy's network limits after ``network_rate``, one per layer,
+    each of capacity its count."""
     lease_seconds: int = 60
     """Concurrency policies: how long a lease outlives a process that died holding it."""
     fallback_limit: int | None = None
@@ -95,6 +98,15 @@ class Policy:
     def limits(self) -> tuple[tuple[Rate, int], ...]:
         """Every limit as (rate, capacity): ``rate`` and ``burst``, then the layers."""
         return ((self.rate, self.burst), *((layer, layer.count) for layer in self.layers))
+
+    @property
+    def network_limits(self) -> tuple[tuple[Rate, int], ...]:
+        """The network bucket's limits as (rate, capacity), in the order of `limits`;
+        none for a policy that never identifies anonymous clients."""
+        if self.network_rate is None or self.network_burst is None:
+            return ()
+        first = (self.network_rate, self.network_burst)
+        return (first, *((layer, layer.count) for layer in self.network_layers))
 
     @property
     def limit(self) -> int:

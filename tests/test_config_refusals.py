@@ -134,7 +134,7 @@ def test_network_limits_on_a_tenant_policy_are_refused(key: str) -> None:
     config = with_jwt(key=HS_SECRET)
     config["policies"]["api.read"] = {**TENANT, key: value}
 
-    refusal(config, f"policies.api.read.{key}", "anonymous policies only")
+    refusal(config, f"policies.api.read.{key}", "anonymous and user policies only")
 
 
 def test_network_burst_on_a_sliding_window_is_refused() -> None:

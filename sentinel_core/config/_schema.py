@@ -26,7 +26,7 @@ from sentinel_core.config._identity import (
     parse_anonymous,
     parse_jwt,
 )
-from sentinel_core.config._layers import parse_rates
+from sentinel_core.config._layers import parse_network_rates, parse_rates
 from sentinel_core.config._limits import LEASE_OR_QUOTA, parse_lease_or_quota
 from sentinel_core.config._network import ExemptConfig, Network, parse_exempt, parse_networks
 from sentinel_core.config._reader import Section, parse_rate
@@ -198,9 +198,12 @@ def _parse_policy(section: Section, endpoint_id: str, anonymous: AnonymousConfig
         return parse_lease_or_quota(section, endpoint_id, algorithm)
     fail_mode: FailMode = _choice(section, "fail_mode", FailMode)
     identity: IdentityKind = _choice(section, "identity", IdentityKind, IdentityKind.TENANT)
-    rate, layers = parse_rates(section, algorithm, identity)
-    if identity is IdentityKind.ANONYMOUS and anonymous is None:
-        raise ConfigError(section.path("identity"), "anonymous policies need the anonymous section")
+    rate, layers = parse_rates(section)
+    if identity is not IdentityKind.TENANT and anonymous is None:
+        # A user policy limits requests without a user as anonymous clients.
+        raise ConfigError(
+            section.path("identity"), f"{identity.value} policies need the anonymous section"
+        )
     if algorithm is Algorithm.TOKEN_BUCKET:
         burst = section.integer("burst", rate.count)
     elif section.has("burst"):
@@ -222,7 +225,9 @@ def _parse_policy(section: Section, endpoint_id: str, anonymous: AnonymousConfig
         raise ConfigError(
             section.path("cost"), f"cost {cost} exceeds the limit {smallest}: never admitted"
         )
-    network_rate, network_burst = _parse_network(section, algorithm, identity, rate, burst, cost)
+    network_rate, network_burst, network_layers = _parse_network(
+        section, algorithm, identity, (rate, *layers), burst, cost
+    )
     policy = Policy(
         endpoint_id=endpoint_id,
         algorithm=algorithm,
@@ -237,6 +242,7 @@ def _parse_policy(section: Section, endpoint_id: str, anonymous: AnonymousConfig
         network_rate=network_rate,
         network_burst=network_burst,
         layers=layers,
+        network_layers=network_layers,
         count=parse_count(section.raw("count"), section.path("count"))
         if section.has("count")
         else None,
@@ -249,6 +255,8 @@ def _parse_policy(section: Section, endpoint_id: str, anonymous: AnonymousConfig
         _check_exact(
             algorithm, network_rate, network_burst, cost, section, "network_rate", "network_burst"
         )
+    for layer in network_layers:
+        _check_exact(algorithm, layer, layer.count, cost, section, "network_rates", "network_rates")
     return policy
 
 
@@ -256,17 +264,31 @@ def _parse_network(
     section: Section,
     algorithm: Algorithm,
     identity: IdentityKind,
-    rate: Rate,
+    rates: tuple[Rate, ...],
     burst: int,
     cost: int,
-) -> tuple[Rate | None, int | None]:
-    """The network bucket of an anonymous policy: the limit every device behind one IPv4
-    address or IPv6 /64 shares (a NAT, an office). Default: NETWORK_SHARE devices' worth."""
-    if identity is not IdentityKind.ANONYMOUS:
-        for key in ("network_rate", "network_burst"):
+) -> tuple[Rate | None, int | None, tuple[Rate, ...]]:
+    """The network bucket of an anonymous policy (and of a user policy's anonymous
+    fallback): the limit every device behind one IPv4 address or IPv6 /64 shares (a NAT,
+    an office), with one limit per layer of a layered policy. Default: NETWORK_SHARE
+    devices' worth."""
+    if identity is IdentityKind.TENANT:
+        for key in ("network_rate", "network_burst", "network_rates"):
             if section.has(key):
-                raise ConfigError(section.path(key), "applies to anonymous policies only")
-        return None, None
+                raise ConfigError(section.path(key), "applies to anonymous and user policies only")
+        return None, None, ()
+    if len(rates) > 1:
+        network = parse_network_rates(section, rates, NETWORK_SHARE)
+        smallest = min(layer.count for layer in network)
+        if cost > smallest:
+            raise ConfigError(
+                section.path("network_rates"),
+                f"the network limit {smallest} is below the cost {cost}",
+            )
+        return network[0], network[0].count, network[1:]
+    if section.has("network_rates"):
+        raise ConfigError(section.path("network_rates"), "applies with rates; give network_rate")
+    rate = rates[0]
     if section.has("network_rate"):
         network_rate = parse_rate(section.raw("network_rate"), section.path("network_rate"))
         default_burst = network_rate.count
@@ -284,7 +306,7 @@ def _parse_network(
         raise ConfigError(
             section.path(key), f"the network limit {network_burst} is below the cost {cost}"
         )
-    return network_rate, network_burst
+    return network_rate, network_burst, ()
 
 
 def _check_exact(

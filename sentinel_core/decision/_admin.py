@@ -33,7 +33,7 @@ def admin_call(policy: Policy, identity: Identity, mode: Mode) -> ScriptCall:
 def peeked(policy: Policy, identity: Identity, raw_reply: Any) -> Decision:
     """The `Decision` of a peek's reply, as `Attempt.succeeded` would build it."""
     reply = ScriptReply(*raw_reply)
-    index = reply.binding - 1 if policy.layers else 0
+    index = (reply.binding - 1) % len(policy.limits) if policy.layers else 0
     allowed = bool(reply.allowed)
     return Decision(
         allowed or policy.shadow,

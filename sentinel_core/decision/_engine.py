@@ -188,7 +188,7 @@ class Attempt:
         reply = ScriptReply(*raw_reply)
         self._engine.breaker.record_success(self.permit)
         # Layered limits: the bucket closest to binding is the reply's binding key.
-        index = reply.binding - 1 if self.policy.layers else 0
+        index = (reply.binding - 1) % len(self.policy.limits) if self.policy.layers else 0
         if reply.allowed:
             return self._finish(
                 True,

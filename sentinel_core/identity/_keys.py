@@ -129,11 +129,21 @@ class AnonymousIdentity:
         return f"AnonymousIdentity(hash={self.hash[:12]}...)"
 
     def bucket_keys(self, policy: Policy) -> tuple[str, ...]:
+        """The device's key, then the network's; a layered policy's device keys (one per
+        limit, the first under the plain key and a layer ``i`` under ``:i``), then its
+        network keys alike. The network's last key is the call's last (`LocalDenials`)."""
         tag = f"{{{self._network_hash}}}"
         suffix = f"{policy.endpoint_id}:{policy.version}"
+        device = f"sentinel:v2:{tag}:d:{self._device_hash}:{suffix}"
+        network = f"sentinel:v2:{tag}:n:{suffix}"
+        if not policy.layers:
+            return (device, network)
+        layers = range(1, len(policy.layers) + 1)
         return (
-            f"sentinel:v2:{tag}:d:{self._device_hash}:{suffix}",
-            f"sentinel:v2:{tag}:n:{suffix}",
+            device,
+            *(f"{device}:{index}" for index in layers),
+            network,
+            *(f"{network}:{index}" for index in layers),
         )
 
 

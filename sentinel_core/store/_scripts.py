@@ -69,21 +69,16 @@ def bucket_parameters(algorithm: Algorithm, rate: Rate, burst: int, cost: int) -
 @lru_cache(maxsize=1_024)  # bounded: a plugin may mint a policy per request
 def script_args(policy: Policy, mode: Mode = Mode.DECIDE, keys: int = 1) -> tuple[int, ...]:
     """The ARGV of a call of ``policy`` over ``keys`` buckets (see each script's header):
-    the mode, then one set per limit of a layered policy, the device's set and the
+    the mode, then one set per limit of a layered policy, the device's sets then the
     network's for the anonymous AND, or else the policy's own set for every key."""
-    own = bucket_parameters(policy.algorithm, policy.rate, policy.burst, policy.cost)
-    if policy.layers and keys == len(policy.layers) + 1:
-        layers = (
-            bucket_parameters(policy.algorithm, rate, burst, policy.cost)
-            for rate, burst in policy.limits
-        )
-        return (int(mode), *(arg for layer in layers for arg in layer))
-    if keys == 2 and policy.network_rate is not None and policy.network_burst is not None:
-        network = bucket_parameters(
-            policy.algorithm, policy.network_rate, policy.network_burst, policy.cost
-        )
-        return (int(mode), *own, *network)
-    return (int(mode), *own * keys)
+    limits = policy.limits
+    if policy.network_limits and keys == 2 * len(limits):
+        limits += policy.network_limits
+    elif not (policy.layers and keys == len(limits)):
+        own = bucket_parameters(policy.algorithm, policy.rate, policy.burst, policy.cost)
+        return (int(mode), *own * keys)
+    sets = (bucket_parameters(policy.algorithm, rate, burst, policy.cost) for rate, burst in limits)
+    return (int(mode), *(arg for parameters in sets for arg in parameters))
 
 
 def run_reference(
