@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sentinel_core.decision._leases import Lease
+from typing import Protocol
 
 MICRO = 1_000_000
 """Micro-units per unit: tokens are stored as micro-tokens, time as microseconds."""
@@ -114,6 +111,17 @@ class Policy:
         return self.burst
 
 
+class Slot(Protocol):
+    """What an admitted request of a concurrency policy holds until it is done: its
+    lease (`decision._leases.Lease`), handed back with `Sentinel.release`."""
+
+    @property
+    def endpoint_id(self) -> str: ...
+
+    @property
+    def held(self) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """The outcome of one evaluation.
@@ -135,7 +143,7 @@ class Decision:
     shadow: bool = False
     would_allow: bool = True
     """The verdict before shadow mode; equals ``allowed`` for an enforcing policy."""
-    lease: Lease | None = None
+    lease: Slot | None = None
     """Concurrency policies: the slot this admission holds, to hand back with
     `Sentinel.release` once the request is done."""
     local: bool = False

@@ -18,13 +18,13 @@ from typing import Any
 
 import pluggy
 
-from sentinel_core._models import Algorithm, Decision, Policy
+from sentinel_core._models import Algorithm, Decision, Policy, Slot
 from sentinel_core._plugins import Hooks, make_plugin_manager
 from sentinel_core.config._schema import SentinelConfig, load_config
 from sentinel_core.decision._admin import admin_call, peeked
 from sentinel_core.decision._calendar import Calendars
 from sentinel_core.decision._engine import DecisionEngine
-from sentinel_core.decision._leases import Lease, store_lease
+from sentinel_core.decision._leases import release_call, store_lease
 from sentinel_core.decision._local_denials import LocalDenials
 from sentinel_core.decision._usage import Usage, usage_call, usage_of
 from sentinel_core.errors import StoreError
@@ -264,7 +264,7 @@ class Sentinel:
         is done (returned, raised, cancelled or disconnected). Safe to call twice or on
         any decision. A Redis failure here is logged, not raised: the lease then expires
         after ``lease_seconds``; while the breaker is OPEN no call is made at all."""
-        call = decision.lease.end() if decision.lease is not None else None
+        call = release_call(decision.lease)
         if call is None or self._breaker.state is BreakerState.OPEN:
             return
         try:
@@ -277,8 +277,8 @@ class Sentinel:
         goes back (a streamed body whose client closed as it ended) still hands it back."""
         await self._hand_back(decision.lease, decision.policy)
 
-    async def _hand_back(self, lease: Lease | None, policy: Policy) -> None:
-        call = lease.end() if lease is not None else None
+    async def _hand_back(self, lease: Slot | None, policy: Policy) -> None:
+        call = release_call(lease)
         if call is None or self._breaker.state is BreakerState.OPEN:
             return
         await asyncio.shield(self._send_release(call, policy))

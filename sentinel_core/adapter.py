@@ -8,9 +8,10 @@ handler, adds ``headers(status)`` and ``cookie(status)`` to the response, and ca
 adapter; a fourth adapter is written against this module alone.
 """
 
+from sentinel_core.config._routes import duplicate_route_keys, route_key
 from sentinel_core.http._lifecycle import CANCELLED, SERVER_ERROR, Admission, response_fields
 from sentinel_core.http._outcome import PROBLEM_JSON, Cookie, Outcome, RequestView
-from sentinel_core.http._routes import RouteTable, duplicate_route_keys, route_key
+from sentinel_core.http._routes import RouteTable
 from sentinel_core.store._connect import open_async_store
 from sentinel_core.store._redis import MEMORY_URL, AsyncStore
 

@@ -13,7 +13,7 @@ import pytest
 
 from sentinel_core import ConfigError, load_config
 from sentinel_core.adapter import RouteTable, route_key
-from sentinel_core.http._routes import duplicate_route_keys, parse_route_key
+from sentinel_core.config._routes import duplicate_route_keys, parse_route_key
 
 POLICY = {"algorithm": "sliding_window", "rate": "3/minute", "fail_mode": "closed"}
 

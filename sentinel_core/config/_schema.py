@@ -30,8 +30,8 @@ from sentinel_core.config._layers import parse_network_rates, parse_rates
 from sentinel_core.config._limits import LEASE_OR_QUOTA, parse_lease_or_quota
 from sentinel_core.config._network import ExemptConfig, Network, parse_exempt, parse_networks
 from sentinel_core.config._reader import Section, parse_rate
+from sentinel_core.config._routes import parse_route_key
 from sentinel_core.errors import ConfigError
-from sentinel_core.http._routes import parse_route_key
 from sentinel_core.store._url import resolve
 
 if sys.version_info >= (3, 11):

@@ -13,7 +13,7 @@ import dataclasses
 import os
 import threading
 
-from sentinel_core._models import MICRO, Policy
+from sentinel_core._models import MICRO, Policy, Slot
 from sentinel_core.decision._calendar import USAGE_LIMIT
 from sentinel_core.identity._keys import Identity
 from sentinel_core.resilience._emergency import EmergencyVerdict
@@ -74,6 +74,12 @@ class Lease:
             self._inflight.release(self.endpoint_id)
             return None
         return self._release
+
+
+def release_call(lease: Slot | None) -> ScriptCall | None:
+    """The store call that hands ``lease`` back, marking it handed back; None when there
+    is nothing to send (no lease, a local slot, or a lease already handed back)."""
+    return lease.end() if isinstance(lease, Lease) else None
 
 
 def store_lease(endpoint_id: str, taken: ScriptCall) -> Lease:

@@ -139,7 +139,7 @@ class HttpLayer:
         self._config = config
         self._hooks = hooks
         self._clients = ClientAddresses(config.trusted_proxies)
-        self._exemptions = Exemptions(config.exempt, hooks, on_exempt)
+        self._exemptions = Exemptions(config.exempt, hooks.exempt, on_exempt)
         self._jwt = JwtVerifier(config.jwt) if config.jwt is not None else None
         self._cookies = DeviceCookies(config.anonymous) if config.anonymous is not None else None
 

@@ -5,45 +5,16 @@ throttle) and by a ``routes`` entry matched on its method and resolved route
 template. It pays once per distinct endpoint id: a decorator and a route naming the
 same id charge it once, different ids both apply. ``HEAD`` falls back to the ``GET``
 entry, since every framework answers HEAD with the GET handler (otherwise HEAD would
-be a way around the limit). Route keys are ``"METHOD /template"`` with the leading
-``/`` optional in the configuration; `route_key` is the only spelling rule.
-
-This module imports nothing from the rest of the package: the config loader uses it
-to refuse duplicate keys at load.
+be a way around the limit). How a ``routes`` key is spelled is the configuration's
+rule (`config._routes.route_key`), which the loader also refuses duplicate keys with.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from types import MappingProxyType
 
-
-def route_key(method: str, template: str) -> str:
-    """The canonical ``routes`` key of ``method`` on ``template``: upper-case method,
-    one space, the template with exactly one leading ``/``."""
-    return f"{method.upper()} /{template.strip().lstrip('/')}"
-
-
-def parse_route_key(key: object) -> str | None:
-    """The canonical form of a configured ``routes`` key, None when it is not
-    ``"METHOD template"`` (a method of letters, then a template)."""
-    parts = key.split(None, 1) if isinstance(key, str) else []
-    if len(parts) != 2 or not parts[0].isalpha():
-        return None
-    return route_key(parts[0], parts[1])
-
-
-def duplicate_route_keys(keys: Iterable[object]) -> Iterator[tuple[str, str]]:
-    """``(key, earlier key)`` for every configured key that names the same route as an
-    earlier one once normalised (``"POST /r/{id}"`` and ``"post r/{id}"``)."""
-    seen: dict[str, str] = {}
-    for key in keys:
-        canonical = parse_route_key(key)
-        if canonical is None:
-            continue
-        earlier = seen.setdefault(canonical, str(key))
-        if earlier != key:
-            yield str(key), earlier
+from sentinel_core.config._routes import route_key
 
 
 class RouteTable:

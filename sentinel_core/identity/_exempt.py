@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 from sentinel_core._models import Policy
-from sentinel_core._plugins import Hooks
 from sentinel_core.config._network import ExemptConfig
 from sentinel_core.identity._client_address import in_networks, parse_address
 from sentinel_core.identity._keys import Identity, TenantIdentity
@@ -31,22 +30,25 @@ class Exemptions:
 
     Args:
         config: the ``exempt`` section.
-        hooks: the typed plugin calls.
+        plugin_verdict: the plugins' `sentinel_exempt` answer for a request and policy.
         on_exempt: called with the endpoint id of each exempt request (the metric).
     """
 
     def __init__(
-        self, config: ExemptConfig, hooks: Hooks, on_exempt: Callable[[str], None]
+        self,
+        config: ExemptConfig,
+        plugin_verdict: Callable[[Any, Policy], bool | None],
+        on_exempt: Callable[[str], None],
     ) -> None:
         self._networks = config.networks
         self._tenant_hashes = frozenset(TenantIdentity(tenant).hash for tenant in config.tenants)
-        self._hooks = hooks
+        self._plugin_verdict = plugin_verdict
         self._on_exempt = on_exempt
 
     def by_request(self, request: Any, policy: Policy, client: str | None) -> bool | None:
         """Whether ``request`` is exempt before identification: True or False when a
         plugin or the client's network decides it, None to ask `by_identity` next."""
-        verdict = self._hooks.exempt(request, policy)
+        verdict = self._plugin_verdict(request, policy)
         if verdict is not None:
             return verdict
         if self._networks:
