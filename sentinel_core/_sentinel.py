@@ -87,7 +87,7 @@ class Sentinel:
             on_transition=self._hooks.breaker_transition,
         )
         # The built-in observers are plain plugins: unregister them by name to opt out.
-        metrics = MetricsPlugin(registry, self._breaker.state)
+        metrics = MetricsPlugin(registry, self._breaker)
         self._hooks.register_builtin(metrics, "sentinel.metrics")
         self._hooks.register_builtin(DecisionLogPlugin(self._breaker, clock_ns), "sentinel.logging")
         self._engine = DecisionEngine(
@@ -123,9 +123,10 @@ class Sentinel:
 
     @property
     def breaker_state(self) -> BreakerState:
-        """The state of this instance's circuit breaker, for health checks: `CLOSED`
-        while the store answers. `OPEN` lasts past ``open_seconds`` until a request
-        probes the store (`HALF_OPEN`); nothing but requests moves it."""
+        """The state of this instance's circuit breaker: `CLOSED` while the store
+        answers, `OPEN` for ``open_seconds`` after it failed, then `HALF_OPEN` (with or
+        without traffic) until a request probes the store. For alerts and dashboards,
+        not for a readiness check (docs/operating.md says why)."""
         return self._breaker.state
 
     @property

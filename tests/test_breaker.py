@@ -4,14 +4,20 @@ behaviour under real thread and task concurrency."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
-import time
+import weakref
 from collections.abc import Callable
 
 import pytest
 
 from sentinel_core import BreakerState
-from sentinel_core.resilience._breaker import CircuitBreaker, Permit
+from sentinel_core.resilience._breaker import (
+    WAKE_MARGIN_SECONDS,
+    CircuitBreaker,
+    Permit,
+    Scheduler,
+)
 
 CLOSED, OPEN, HALF_OPEN = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
 
@@ -58,6 +64,7 @@ def make_breaker(
     threshold: int = 3,
     open_seconds: float = 30,
     probes: int = 1,
+    schedule: Scheduler | None = None,
 ) -> CircuitBreaker:
     return CircuitBreaker(
         threshold,
@@ -65,6 +72,7 @@ def make_breaker(
         half_open_max_probes=probes,
         clock=clock,
         on_transition=recorder,
+        schedule=schedule,
     )
 
 
@@ -317,14 +325,115 @@ def test_retry_after_is_the_quarantine_left_rounded_up_and_at_least_one(
     assert breaker.retry_after_seconds() == expected
 
 
-def test_retry_after_is_one_when_the_quarantine_ended_but_no_call_came(
+def test_retry_after_is_one_when_the_quarantine_ended_but_nothing_looked(
     clock: FakeClock,
 ) -> None:
     breaker = make_breaker(clock, open_seconds=30)
     trip(breaker)
     clock.advance(100)
-    assert breaker.state is OPEN, "the transition to HALF_OPEN is lazy"
     assert breaker.retry_after_seconds() == 1
+    assert breaker.state is HALF_OPEN
+    assert breaker.retry_after_seconds() is None
+
+
+# -- an idle breaker (SPEC §3: it does not stay OPEN for want of traffic) ------------
+
+
+def test_reading_the_state_after_the_quarantine_moves_it_to_half_open_without_a_call(
+    clock: FakeClock, recorder: Recorder
+) -> None:
+    breaker = make_breaker(clock, recorder, open_seconds=30)
+    trip(breaker)
+    clock.advance(29.999)
+    assert breaker.state is OPEN
+    clock.advance(0.001)
+    assert breaker.state is HALF_OPEN
+    assert recorder.transitions == [(CLOSED, OPEN), (OPEN, HALF_OPEN)]
+    assert breaker.state is HALF_OPEN, "read twice, moved once"
+    assert len(recorder.transitions) == 2
+    probe = breaker.acquire()
+    assert probe is not None
+    assert probe.probe, "the next call is the probe, as if a call had ended the quarantine"
+    breaker.record_success(probe)
+    assert breaker.state is CLOSED
+
+
+class Wakes:
+    """A `Scheduler` that keeps each wake-up for the test to run when it likes."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[float, Callable[[], None]]] = []
+
+    def __call__(self, delay: float, wake: Callable[[], None]) -> None:
+        self.pending.append((delay, wake))
+
+    def run(self) -> None:
+        pending, self.pending = self.pending, []
+        for _, wake in pending:
+            wake()
+
+
+def test_every_opening_asks_to_be_woken_when_its_quarantine_ends(clock: FakeClock) -> None:
+    wakes = Wakes()
+    breaker = make_breaker(clock, open_seconds=30, schedule=wakes)
+    assert wakes.pending == []
+    probe = half_open(breaker, clock)
+    assert [delay for delay, _ in wakes.pending] == [30 + WAKE_MARGIN_SECONDS]
+    breaker.record_failure(probe)  # a failed probe re-opens: a fresh quarantine, a new wake
+    assert [delay for delay, _ in wakes.pending] == [30 + WAKE_MARGIN_SECONDS] * 2
+
+
+def test_the_wake_up_moves_an_idle_breaker_and_reports_it_without_any_reading(
+    clock: FakeClock, recorder: Recorder
+) -> None:
+    wakes = Wakes()
+    breaker = make_breaker(clock, recorder, open_seconds=30, schedule=wakes)
+    trip(breaker)
+    clock.advance(30 + WAKE_MARGIN_SECONDS)
+    wakes.run()
+    assert recorder.transitions == [(CLOSED, OPEN), (OPEN, HALF_OPEN)]
+
+
+def test_an_early_wake_up_changes_nothing(clock: FakeClock, recorder: Recorder) -> None:
+    wakes = Wakes()
+    breaker = make_breaker(clock, recorder, open_seconds=30, schedule=wakes)
+    trip(breaker)
+    clock.advance(10)
+    wakes.run()
+    assert recorder.transitions == [(CLOSED, OPEN)]
+    assert breaker.state is OPEN
+
+
+def test_a_pending_wake_up_keeps_no_breaker_alive(clock: FakeClock, recorder: Recorder) -> None:
+    wakes = Wakes()
+    breaker = make_breaker(clock, recorder, schedule=wakes)
+    trip(breaker)
+    alive = weakref.ref(breaker)
+    del breaker
+    gc.collect()
+    assert alive() is None
+    clock.advance(60)
+    wakes.run()  # finds no breaker: nothing to do
+    assert recorder.transitions == [(CLOSED, OPEN)]
+
+
+def test_by_default_a_daemon_timer_wakes_the_breaker_on_the_real_clock() -> None:
+    """The default scheduler, on the real monotonic clock and a 50 ms quarantine: the
+    HALF_OPEN transition is reported with no call and no reading of the state."""
+    reported = threading.Event()
+    seen: list[tuple[BreakerState, BreakerState]] = []
+
+    def listener(previous: BreakerState, current: BreakerState) -> None:
+        seen.append((previous, current))
+        if current is HALF_OPEN:
+            reported.set()
+
+    breaker = CircuitBreaker(1, 0.05, on_transition=listener)
+    fail(breaker)
+    assert reported.wait(timeout=10)
+    assert seen == [(CLOSED, OPEN), (OPEN, HALF_OPEN)]
+    timers = [t for t in threading.enumerate() if isinstance(t, threading.Timer)]
+    assert all(timer.daemon for timer in timers)
 
 
 # -- listener ----------------------------------------------------------------------
@@ -356,7 +465,7 @@ def test_the_listener_may_read_the_breaker_without_deadlocking(clock: FakeClock)
     def listener(previous: BreakerState, current: BreakerState) -> None:
         seen.append((breaker.state, breaker.retry_after_seconds()))
 
-    breaker = CircuitBreaker(1, 30, clock=clock, on_transition=listener)
+    breaker = CircuitBreaker(1, 30, clock=clock, on_transition=listener, schedule=None)
     fail(breaker)
     assert seen == [(OPEN, 30)]
 
@@ -465,15 +574,17 @@ def test_transitions_reach_the_listener_in_the_order_they_happened(clock: FakeCl
     """A listener that sets a gauge to ``current`` must end on the breaker's real state,
     even when the thread that fired a transition is slow to report it."""
     probe_closed = threading.Event()
+    half_opened = threading.Event()
     seen: list[tuple[BreakerState, BreakerState]] = []
 
     def slow_listener(previous: BreakerState, current: BreakerState) -> None:
         if (previous, current) == (OPEN, HALF_OPEN):
+            half_opened.set()
             probe_closed.wait(timeout=0.2)  # this thread is descheduled a while
         seen.append((previous, current))
 
     breaker = CircuitBreaker(
-        1, 30, half_open_max_probes=2, clock=clock, on_transition=slow_listener
+        1, 30, half_open_max_probes=2, clock=clock, on_transition=slow_listener, schedule=None
     )
     fail(breaker)
     clock.advance(30)
@@ -483,8 +594,7 @@ def test_transitions_reach_the_listener_in_the_order_they_happened(clock: FakeCl
 
     slow = threading.Thread(target=first_probe)
     slow.start()
-    while breaker.state is not HALF_OPEN:
-        time.sleep(0.001)
+    assert half_opened.wait(timeout=5)
     second = breaker.acquire()
     assert second is not None
     breaker.record_success(second)  # HALF_OPEN -> CLOSED while the first report waits

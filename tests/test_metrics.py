@@ -6,6 +6,7 @@ import gc
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from sentinel_core.observability._metrics import DURATION_BUCKETS, MetricsPlugin
 from sentinel_core.resilience._breaker import CircuitBreaker
 from tests.conftest import make_config
 from tests.support.redis_server import free_port
+from tests.support.tcp_proxy import TcpProxy
 
 SPEC_METRICS = (
     "sentinel_decisions_total",
@@ -201,6 +203,82 @@ def test_the_breaker_gauge_follows_every_transition(registry: CollectorRegistry)
     assert transitions(registry, "closed") == 1
 
 
+class Clock:
+    """An injected monotonic clock that moves only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_idle_breaker_reads_half_open_at_the_next_scrape_without_a_request(
+    registry: CollectorRegistry,
+) -> None:
+    """SPEC §3: once ``open_seconds`` have passed, the gauge says half-open (2) with no
+    request to move the breaker; the transition is counted once, however many scrapes."""
+    clock = Clock()
+    config = make_config(
+        f"redis://127.0.0.1:{free_port()}/0",
+        api__ingest={"algorithm": "token_bucket", "rate": "5/second", "fail_mode": "closed"},
+    )
+    config["breaker"] = {"failure_threshold": 1, "open_seconds": 30}
+    sentinel = Sentinel(config, registry=registry, entry_points=False, clock=clock)
+    sentinel.evaluate("api.ingest", "acme")
+    assert gauge(registry) == 1
+    clock.now += 29.9
+    assert gauge(registry) == 1
+    clock.now += 0.1
+    assert gauge(registry) == 2
+    assert gauge(registry) == 2
+    assert transitions(registry, "half_open") == 1
+    assert sentinel.breaker_state is BreakerState.HALF_OPEN
+
+
+def test_after_redis_recovers_an_idle_breaker_stops_reading_open_and_one_request_closes_it(
+    registry: CollectorRegistry, redis_server: Any
+) -> None:
+    clock = Clock()
+    with TcpProxy(redis_server.port, "blackhole") as proxy:
+        config = make_config(
+            proxy.url,
+            api__ingest={"algorithm": "token_bucket", "rate": "5/second", "fail_mode": "closed"},
+        )
+        config["breaker"] = {"failure_threshold": 1, "open_seconds": 30}
+        config["socket_timeout_ms"] = 50
+        sentinel = Sentinel(config, registry=registry, entry_points=False, clock=clock)
+        assert sentinel.evaluate("api.ingest", "acme").reason is DecisionReason.FAIL_CLOSED
+        assert gauge(registry) == 1
+        proxy.mode = "forward"  # Redis is back; this process sees no request for a while
+        proxy.drop_connections()
+        clock.now += 60
+        assert gauge(registry) == 2
+        assert sentinel.evaluate("api.ingest", "acme").allowed  # the probe
+        assert gauge(registry) == 0
+        assert [transitions(registry, state) for state in ("open", "half_open", "closed")] == [
+            1,
+            1,
+            1,
+        ]
+
+
+def test_a_shared_registry_reads_every_breaker_at_each_scrape(registry: CollectorRegistry) -> None:
+    clock = Clock()
+    healthy = memory_sentinel(registry)
+    config = make_config(
+        f"redis://127.0.0.1:{free_port()}/0",
+        api__ingest={"algorithm": "token_bucket", "rate": "5/second", "fail_mode": "closed"},
+    )
+    config["breaker"] = {"failure_threshold": 1, "open_seconds": 5}
+    idle = Sentinel(config, registry=registry, entry_points=False, clock=clock)
+    idle.evaluate("api.ingest", "acme")
+    assert gauge(registry) == 1
+    clock.now += 5
+    assert gauge(registry) == 2
+    assert healthy.breaker_state is BreakerState.CLOSED
+
+
 def _permit(breaker: CircuitBreaker) -> Any:
     permit = breaker.acquire()
     assert permit is not None
@@ -324,8 +402,10 @@ import sys
 from sentinel_core import Sentinel
 
 url, decisions = sys.argv[1], int(sys.argv[2])
+open_seconds = int(sys.argv[3]) if len(sys.argv) > 3 else 30
 policy = {"algorithm": "token_bucket", "rate": "2/minute", "fail_mode": "closed"}
-config = {"redis_url": url, "breaker": {"failure_threshold": 1}, "policies": {"api.x": policy}}
+breaker = {"failure_threshold": 1, "open_seconds": open_seconds}
+config = {"redis_url": url, "breaker": breaker, "policies": {"api.x": policy}}
 sentinel = Sentinel(config, entry_points=False)
 for _ in range(decisions):
     sentinel.evaluate("api.x", "tenant")
@@ -373,3 +453,38 @@ def test_multiprocess_workers_add_up_and_keep_one_breaker_series_each(tmp_path: 
     assert gauge_of(registry, broken) is None  # a dead worker's breaker is not reported
     assert gauge_of(registry, healthy) == 0
     assert decisions(registry, "api.x", "circuit_open", "false") == 1  # counts survive
+
+
+@pytest.mark.slow
+def test_an_idle_multiprocess_worker_reports_half_open_once_its_quarantine_ends(
+    tmp_path: Path,
+) -> None:
+    """Under multiprocess mode the collector reads the worker's file, not its live gauge:
+    the breaker's own wake-up writes HALF_OPEN there, with no request and no scrape in
+    the worker (a 1 s quarantine on the real clock)."""
+    environment = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER, dead, "1", "1"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=environment,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        assert worker.stdout.readline().strip() == "ready"
+
+        def state() -> float | None:
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=str(tmp_path))
+            return gauge_of(registry, str(worker.pid))
+
+        seen = {state()}
+        deadline = time.monotonic() + 20
+        while 2 not in seen and time.monotonic() < deadline:
+            seen.add(state())
+            time.sleep(0.05)  # polling another process's file: nothing to inject a clock into
+        assert 2 in seen
+    finally:
+        worker.communicate("\n", timeout=30)

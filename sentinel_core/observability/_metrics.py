@@ -8,7 +8,13 @@ collectors of a registry are created once, kept in a cache keyed (weakly) by the
 registry, and every `MetricsPlugin` on that registry writes to them: counters and the
 histogram simply add up. The unlabeled breaker gauge cannot add up; it shows the least
 healthy breaker among the live instances sharing the registry (open, then half-open,
-then closed), so "is any breaker open?" stays answerable from one series.
+then closed), so "is any breaker open?" stays answerable from one series. Its value is
+computed when the registry is collected (`Gauge.set_function`), after each breaker has
+been read: a breaker whose quarantine ended while its process was idle reports
+half-open at the next scrape (SPEC §3), not "open" until a request comes. Transitions
+still `set` the gauge as well: under multiprocess mode that value, written to the
+worker's file, is the one a `MultiProcessCollector` reads (the breaker's own wake-up
+timer keeps it current in an idle worker).
 
 Label values come only from the configuration and from enums (endpoint ids, decision
 reasons, breaker states): never an identity, so the number of series is bounded by the
@@ -26,7 +32,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 
 from sentinel_core._models import Decision, DecisionReason
 from sentinel_core.hookspecs import hookimpl
-from sentinel_core.resilience._breaker import BreakerState
+from sentinel_core.resilience._breaker import BreakerState, CircuitBreaker
 
 DECISIONS = "sentinel_decisions_total"
 DECISIONS_HELP = "Rate limiting decisions, by endpoint, reason and whether the request passed."
@@ -103,17 +109,23 @@ class SentinelMetrics:
             self.transitions.labels(state=str(state))
         self._lock = threading.RLock()  # re-entrant: `forget` may run from a GC finalizer
         self._states: dict[int, BreakerState] = {}
+        self._breakers: dict[int, weakref.ReferenceType[CircuitBreaker]] = {}
+        """The breakers read at each collection (weakly: a gauge keeps no Sentinel alive)."""
+        self.breaker_state.set_function(self._current)
         self._tokens = itertools.count()
         self._decision_children: dict[tuple[str, DecisionReason, bool], Any] = {}
         self._duration_children: dict[str, Any] = {}
         self._shadow_children: dict[tuple[str, DecisionReason], Any] = {}
         self._local_children: dict[str, Any] = {}
 
-    def track(self, state: BreakerState) -> int:
-        """Start following one breaker; returns the token its updates are filed under."""
+    def track(self, state: BreakerState, breaker: CircuitBreaker | None = None) -> int:
+        """Start following one breaker, in ``state`` now; returns the token its updates
+        are filed under. A ``breaker`` given is also read at every collection."""
         with self._lock:
             token = next(self._tokens)
             self._states[token] = state
+            if breaker is not None:
+                self._breakers[token] = weakref.ref(breaker)
             self._publish()
         return token
 
@@ -126,6 +138,7 @@ class SentinelMetrics:
         """Stop following a breaker whose Sentinel is gone."""
         with self._lock:
             self._states.pop(token, None)
+            self._breakers.pop(token, None)
             self._publish()
 
     def record(self, decision: Decision) -> None:
@@ -159,10 +172,23 @@ class SentinelMetrics:
                 )
             local.inc()
 
-    def _publish(self) -> None:
+    def _current(self) -> float:
+        """The gauge's value at collection: every breaker is read first, so one whose
+        quarantine ended unobserved moves to HALF_OPEN now, and its transition, delivered
+        through the hooks to `set_state`, is counted before the worst state is taken."""
+        with self._lock:
+            refs = list(self._breakers.values())
+        for breaker in filter(None, [ref() for ref in refs]):  # a collected one is skipped
+            breaker.refresh()
+        with self._lock:
+            return float(self._worst())
+
+    def _worst(self) -> BreakerState:
         states = self._states.values()
-        worst = max(states, key=_SEVERITY.__getitem__, default=BreakerState.CLOSED)
-        self.breaker_state.set(int(worst))
+        return max(states, key=_SEVERITY.__getitem__, default=BreakerState.CLOSED)
+
+    def _publish(self) -> None:
+        self.breaker_state.set(int(self._worst()))
 
 
 _by_registry: weakref.WeakKeyDictionary[CollectorRegistry, SentinelMetrics] = (
@@ -187,17 +213,19 @@ class MetricsPlugin:
 
     Args:
         registry: where the collectors live; prometheus_client's default REGISTRY when None.
-        breaker_state: the state of this Sentinel's breaker now, published at once so
-            the gauge is current before the first transition.
+        breaker: this Sentinel's breaker: its state now is published at once, so the
+            gauge is current before the first transition, and it is read again at every
+            collection (an idle breaker's quarantine ends without a request).
     """
 
     def __init__(
         self,
         registry: CollectorRegistry | None = None,
-        breaker_state: BreakerState = BreakerState.CLOSED,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         self.metrics = metrics_for(registry)
-        self._token = self.metrics.track(breaker_state)
+        state = BreakerState.CLOSED if breaker is None else breaker.state
+        self._token = self.metrics.track(state, breaker)
         # Forget this breaker when its Sentinel is collected; not at interpreter exit,
         # where nothing reads the gauge any more.
         weakref.finalize(self, self.metrics.forget, self._token).atexit = False

@@ -5,9 +5,15 @@ one table. The breaker never does I/O and never sleeps: time is an injected mono
 clock, so tests drive it instead of waiting.
 
     CLOSED --(failure_threshold consecutive failures)--> OPEN
-    OPEN --(open_seconds elapsed, checked when a call arrives)--> HALF_OPEN
+    OPEN --(open_seconds elapsed)--> HALF_OPEN
     HALF_OPEN --(a probe succeeds)--> CLOSED
     HALF_OPEN --(a probe fails)--> OPEN, with a fresh quarantine
+
+An idle process's breaker does not stay OPEN for want of traffic (SPEC §3): every
+reading of `state` past the quarantine moves it to HALF_OPEN first, and an OPEN breaker
+asks its scheduler to wake it when the quarantine ends (by default a daemon timer
+thread, one per opening, holding the breaker only weakly), so the transition is
+reported, the gauge and its multiprocess file included, even if nothing reads the state.
 
 Concurrency: one lock guards the state; it is never held across I/O, so it is safe for
 threads (Flask, Django) and for asyncio tasks (FastAPI) alike. Every call gets a
@@ -22,9 +28,11 @@ whichever thread fired one (a gauge set to the last ``current`` stays true).
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,6 +64,25 @@ _TRANSITIONS: dict[tuple[BreakerState, _Event], BreakerState] = {
 }
 
 TransitionListener = Callable[[BreakerState, BreakerState], None]
+Scheduler = Callable[[float, Callable[[], None]], None]
+"""``schedule(delay_seconds, wake)``: call ``wake`` once, about ``delay_seconds`` from now."""
+
+WAKE_MARGIN_SECONDS = 0.01
+"""How long after the quarantine's end the wake-up comes, so that a timer that fires a
+hair early (its clock and the breaker's rounding differently) still finds it over."""
+
+
+def daemon_timer(delay: float, wake: Callable[[], None]) -> None:
+    """The default `Scheduler`: a daemon `threading.Timer` (it never keeps a process alive)."""
+    timer = threading.Timer(delay, wake)
+    timer.daemon = True
+    timer.start()
+
+
+def _wake(ref: weakref.ReferenceType[CircuitBreaker]) -> None:
+    breaker = ref()
+    if breaker is not None:
+        breaker.refresh()
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +102,14 @@ class CircuitBreaker:
         half_open_max_probes: int = 1,
         clock: Callable[[], float] = time.monotonic,
         on_transition: TransitionListener | None = None,
+        schedule: Scheduler | None = daemon_timer,
     ) -> None:
         self._threshold = failure_threshold
         self._open_seconds = open_seconds
         self._max_probes = half_open_max_probes
         self._clock = clock
         self._on_transition = on_transition
+        self._schedule = schedule
         self._lock = threading.Lock()
         self._state = BreakerState.CLOSED
         self._generation = 0
@@ -94,6 +123,18 @@ class CircuitBreaker:
 
     @property
     def state(self) -> BreakerState:
+        """The state now: an OPEN breaker whose quarantine is over reads (and moves to)
+        HALF_OPEN, with or without a request."""
+        return self.refresh()
+
+    def refresh(self) -> BreakerState:
+        """End an elapsed quarantine (OPEN -> HALF_OPEN) and return the state."""
+        state = self._state
+        if state is not BreakerState.OPEN or self._clock() - self._opened_at < self._open_seconds:
+            return state
+        with self._lock:
+            changed = self._elapse_quarantine()
+        self._notify(changed)
         return self._state
 
     def acquire(self) -> Permit | None:
@@ -182,8 +223,14 @@ class CircuitBreaker:
         return previous, self._state
 
     def _notify(self, changed: tuple[BreakerState, BreakerState] | None) -> None:
-        """Deliver the queued transitions in order (called without the state lock)."""
-        if changed is None or self._on_transition is None:
+        """Deliver the queued transitions in order, and have an opening woken when its
+        quarantine ends (called without the state lock)."""
+        if changed is None:
+            return
+        if changed[1] is BreakerState.OPEN and self._schedule is not None:
+            wake = functools.partial(_wake, weakref.ref(self))
+            self._schedule(self._open_seconds + WAKE_MARGIN_SECONDS, wake)
+        if self._on_transition is None:
             return
         with self._delivery_lock:
             while True:
