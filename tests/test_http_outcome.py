@@ -175,6 +175,37 @@ def test_a_token_bucket_429_asks_for_the_time_one_token_takes(make: Any) -> None
     assert retry_after(call(sentinel)) in (59, 60)
 
 
+@pytest.mark.parametrize(
+    "policy",
+    [
+        sliding_window(rate="3/hour"),
+        sliding_window(rate="3/minute"),
+        token_bucket(rate="3/minute", burst=3),
+        {"algorithm": "sliding_window", "rates": ["3/minute", "4/hour"], "fail_mode": "closed"},
+        {"algorithm": "token_bucket", "rates": ["3/minute", "4/hour"], "fail_mode": "closed"},
+    ],
+    ids=["sliding_hour", "sliding_minute", "token_bucket", "layered_sliding", "layered_bucket"],
+)
+@pytest.mark.parametrize("store", ["redis", "memory"])
+def test_on_every_denial_t_is_never_less_than_retry_after(
+    make: Any, redis_url: str, policy: dict[str, Any], store: str
+) -> None:
+    """SPEC §4: a client that waits ``t`` is not denied again for the same reason. A
+    full sliding window ends before it admits again (the previous window still weighs),
+    which made ``t=2144`` beside ``Retry-After: 3344``."""
+    sentinel = make(policy, redis_url if store == "redis" else "memory://")
+    assert all(call(sentinel).allowed for _ in range(3))
+    denials = [call(sentinel) for _ in range(3)]  # the store's, then this process's own
+    assert [outcome.status for outcome in denials] == [429] * 3
+    for outcome in denials:
+        field = header(outcome.headers, "RateLimit") or ""
+        (t,) = re.findall(r";t=(\d+);", field)
+        assert int(t) >= retry_after(outcome)
+    peeked = sentinel.peek(ENDPOINT, "tenant-a")
+    assert peeked.retry_after_seconds is not None
+    assert peeked.reset_seconds >= peeked.retry_after_seconds
+
+
 # --- 503 --------------------------------------------------------------------------------
 
 

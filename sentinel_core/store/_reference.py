@@ -85,7 +85,13 @@ class ScriptReply(NamedTuple):
 
     @property
     def reset_seconds(self) -> int:
-        return -(-self.reset_us // MICRO)
+        """RateLimit's ``t``: whole seconds until the binding bucket is full again or its
+        window ends; on a denial never less than `retry_after_seconds` (SPEC §4: a
+        client that waits ``t`` is not denied again for the same reason). A full sliding
+        window ends before it admits again, while the previous window still weighs; a
+        layered call waits for its slowest limit, not only the binding one."""
+        reset = -(-self.reset_us // MICRO)
+        return reset if self.allowed else max(reset, self.retry_after_seconds)
 
 
 @dataclass(frozen=True, slots=True)
