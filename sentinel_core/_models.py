@@ -26,6 +26,11 @@ class DecisionReason(str, enum.Enum):
         return self.value
 
 
+STORE_VERDICTS = frozenset({DecisionReason.ALLOWED, DecisionReason.RATE_LIMITED})
+"""The reasons of a decision the store made (or a local denial of one); the others come
+from the decision table (SPEC §3) while the store is unavailable."""
+
+
 class Algorithm(str, enum.Enum):
     TOKEN_BUCKET = "token_bucket"
     SLIDING_WINDOW = "sliding_window"

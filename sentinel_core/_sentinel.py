@@ -23,7 +23,7 @@ from sentinel_core._plugins import Hooks, make_plugin_manager
 from sentinel_core.config._schema import SentinelConfig, load_config
 from sentinel_core.decision._admin import admin_call, peeked
 from sentinel_core.decision._calendar import Calendars
-from sentinel_core.decision._engine import DecisionEngine
+from sentinel_core.decision._engine import Attempt, DecisionEngine
 from sentinel_core.decision._leases import release_call, store_lease
 from sentinel_core.decision._local_denials import LocalDenials
 from sentinel_core.decision._usage import Usage, usage_call, usage_of
@@ -99,7 +99,7 @@ class Sentinel:
         )
         self.http = HttpLayer(self.config, self._hooks, on_exempt=metrics.exempted)
         self.route_table = RouteTable(self.config.routes)
-        self._runner = make_runner(self, self._hooks.decision)
+        self._runner = make_runner(self)
         unix_us = _unix_microseconds(clock)
         if clock is not time.monotonic:  # quota periods follow the injected clock too
             self._engine.calendars = Calendars(unix_us)
@@ -214,7 +214,19 @@ class Sentinel:
 
     def evaluate(self, endpoint_id: str, identity: str | Identity, request: Any = None) -> Decision:
         """Decide one request of ``identity`` (a tenant id, or an `Identity`) on ``endpoint_id``."""
-        attempt = self._engine.begin(endpoint_id, _identity(identity), request)
+        return self._decide(self._engine.begin(endpoint_id, _identity(identity), request))
+
+    def precheck(self, endpoint_id: str, identity: str | Identity, request: Any = None) -> Decision:
+        """The `Decision` a request would get now, consuming nothing, made like
+        `evaluate`'s (circuit breaker, local denials, and the decision table when the
+        store fails), unlike `peek`: the check before the handler of a ``count`` policy,
+        whose `evaluate` comes after it, by status. A denial is reported to the
+        observers; the store's admission is not (the `evaluate` after it is)."""
+        return self._decide(
+            self._engine.begin(endpoint_id, _identity(identity), request, check=True)
+        )
+
+    def _decide(self, attempt: Attempt) -> Decision:
         if attempt.permit is None:
             return attempt.short_circuit()
         with attempt:
@@ -236,7 +248,17 @@ class Sentinel:
         self, endpoint_id: str, identity: str | Identity, request: Any = None
     ) -> Decision:
         """`evaluate` for asyncio code: the same rules, on the asyncio store."""
-        attempt = self._engine.begin(endpoint_id, _identity(identity), request)
+        return await self._adecide(self._engine.begin(endpoint_id, _identity(identity), request))
+
+    async def aprecheck(
+        self, endpoint_id: str, identity: str | Identity, request: Any = None
+    ) -> Decision:
+        """`precheck` on the asyncio store."""
+        return await self._adecide(
+            self._engine.begin(endpoint_id, _identity(identity), request, check=True)
+        )
+
+    async def _adecide(self, attempt: Attempt) -> Decision:
         if attempt.permit is None:
             return attempt.short_circuit()
         with attempt:

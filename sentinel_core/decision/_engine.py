@@ -12,6 +12,11 @@ fail-closed rows, shadow mode, and reporting the decision to the observers.
 
 A bucket the store denied a moment ago is answered by `begin` itself (`LocalDenials`):
 such an attempt has no permit, and ``short_circuit`` gives the remembered denial.
+
+A check (``begin(..., check=True)``: the look before the handler of a ``count`` policy)
+is a decision like any other, breaker, local denials and decision table included; only
+its script runs in peek mode (nothing consumed), and an admission by the store is not
+reported to the observers: the consumption after the handler is.
 """
 
 from __future__ import annotations
@@ -21,7 +26,14 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from sentinel_core._models import Algorithm, Decision, DecisionReason, FailMode, Policy
+from sentinel_core._models import (
+    STORE_VERDICTS,
+    Algorithm,
+    Decision,
+    DecisionReason,
+    FailMode,
+    Policy,
+)
 from sentinel_core._plugins import Hooks
 from sentinel_core.decision._calendar import Calendars
 from sentinel_core.decision._leases import Lease, LocalInflight, lease_call, lease_name, store_lease
@@ -73,19 +85,27 @@ class DecisionEngine:
         except KeyError:
             raise UnknownEndpointError(endpoint_id) from None
 
-    def begin(self, endpoint_id: str, identity: Identity, request: Any = None) -> Attempt:
+    def begin(
+        self, endpoint_id: str, identity: Identity, request: Any = None, *, check: bool = False
+    ) -> Attempt:
+        """The decision of one request (a check: nothing consumed; see the module's doc)."""
         started = time.perf_counter_ns()
         policy = self.hooks.resolve_policy(endpoint_id, identity, self.policy(endpoint_id))
         local = self.local_denials
         # A concurrency slot frees up when another request ends: a denial of one says
         # nothing about the next instant, so those always ask the store.
         if not local.enabled or policy.algorithm is Algorithm.CONCURRENCY:
-            return Attempt(self, policy, identity, self.breaker.acquire(), request, started)
+            permit = self.breaker.acquire()
+            return Attempt(self, policy, identity, permit, request, started, check=check)
+        # A check files and finds its denials under the decision's own call: the same
+        # bucket, cost and rates, whichever of the two the store denied.
         call = self.script_call(policy, identity)
         now = local.clock_ns()  # before the request is sent: see _local_denials
         remembered = local.lookup(call.keys, call.args, now)
         permit = None if remembered is not None else self.breaker.acquire()
-        return Attempt(self, policy, identity, permit, request, started, call, now, remembered)
+        return Attempt(
+            self, policy, identity, permit, request, started, call, now, remembered, check
+        )
 
     def script_call(self, policy: Policy, identity: Identity) -> ScriptCall:
         """The script execution that decides ``identity`` under ``policy`` (for a
@@ -112,6 +132,7 @@ class Attempt:
 
     __slots__ = (
         "_call",
+        "_check",
         "_engine",
         "_remembered",
         "_sent_ns",
@@ -133,6 +154,7 @@ class Attempt:
         call: ScriptCall | None = None,
         sent_ns: int | None = None,
         remembered: Remembered | None = None,
+        check: bool = False,
     ) -> None:
         self._engine = engine
         self._started = started
@@ -140,6 +162,8 @@ class Attempt:
         self._sent_ns = sent_ns
         """The local-denials clock before the call was sent; None: no local denials."""
         self._remembered = remembered
+        self._check = check
+        """A check: the script peeks, and the store's admission is not reported."""
         self.policy = policy
         self.identity = identity
         self.permit = permit
@@ -151,6 +175,8 @@ class Attempt:
         call = self._call
         if call is None:  # once: a concurrency call names a new lease each time it is built
             call = self._call = self._engine.script_call(self.policy, self.identity)
+        if self._check:
+            return ScriptCall(call.algorithm, call.keys, (int(Mode.PEEK), *call.args[1:]))
         return call
 
     def __enter__(self) -> Attempt:
@@ -208,7 +234,8 @@ class Attempt:
     def _remember(
         self, sent_ns: int, reply: ScriptReply, retry_after: int, reset: int, index: int
     ) -> None:
-        call = self.call
+        call = self._call  # the decision's call, even for a check: see `begin`
+        assert call is not None
         local = self._engine.local_denials
         # wait_us counts from the script's TIME, which is after sent_ns: counted from
         # sent_ns, the local denial ends no later than the store's. The whole call's wait
@@ -297,5 +324,7 @@ class Attempt:
             local,
             index,
         )
+        if self._check and decision.allowed and reason in STORE_VERDICTS:
+            return decision  # the handler runs: its consumption, if counted, is reported
         self._engine.hooks.decision(decision, self.request)
         return decision

@@ -29,8 +29,7 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from sentinel_core._models import Decision, Policy
-from sentinel_core.errors import StoreError
+from sentinel_core._models import STORE_VERDICTS, Decision, Policy
 from sentinel_core.http._outcome import EXEMPT, Cookie, HttpLayer, Outcome, Prepared, RequestView
 from sentinel_core.identity._keys import Identity
 
@@ -54,9 +53,9 @@ cookie, or a client would get a fresh identity for free on every refused request
 class StepKind(str, enum.Enum):
     EVALUATE = "evaluate"
     """Decide and consume (`Sentinel.evaluate`); answered with the `Decision`."""
-    PEEK = "peek"
-    """Decide without consuming (`Sentinel.peek`): the check before the handler of a
-    ``count`` policy; answered with the `Decision`."""
+    CHECK = "check"
+    """Decide without consuming (`Sentinel.precheck`): the check before the handler of
+    a ``count`` policy; answered with the `Decision`."""
     RELEASE = "release"
     """Hand back a concurrency lease (`Sentinel.release`); answered with None."""
 
@@ -197,7 +196,7 @@ def admission(
     charges: list[Charge] = []
     for policy, found in prepared:
         # A `count` policy is only checked now; it consumes at completion, by status.
-        kind = StepKind.EVALUATE if policy.count is None else StepKind.PEEK
+        kind = StepKind.EVALUATE if policy.count is None else StepKind.CHECK
         decision = yield Step(kind, policy.endpoint_id, found.identity, request)
         outcome = http.outcome(decision, cookie)
         if not outcome.allowed:
@@ -212,14 +211,24 @@ def completion(admitted: Admission, status: int) -> Conversation[None]:
     """What the store must hear once the handler is done with status ``status``: a
     ``count`` policy consumes when ``status`` is one it counts (a response already
     sent is never taken back, so a bucket spent meanwhile just stays spent), and every
-    concurrency lease goes back, whatever the status."""
+    concurrency lease goes back, whatever the status.
+
+    A check the decision table answered (the store was unavailable: the emergency
+    limiter admitted the request, or a shadow policy let it through) has already
+    charged and reported what it could: its request is not charged again."""
     for charge in admitted.charges:
         counted = charge.policy.count
-        if counted is not None and status in counted:
+        if counted is not None and status in counted and _checked_by_store(charge):
             yield Step(
                 StepKind.EVALUATE, charge.policy.endpoint_id, charge.identity, admitted.request
             )
     yield from _releases(admitted.charges)
+
+
+def _checked_by_store(charge: Charge) -> bool:
+    decision = charge.outcome.decision
+    assert decision is not None  # a charge is an admission: it has its decision
+    return decision.reason in STORE_VERDICTS
 
 
 def _releases(charges: Sequence[Charge]) -> Conversation[None]:
@@ -260,29 +269,27 @@ class Facade(Protocol):
         self, endpoint_id: str, identity: Identity, request: Any = None
     ) -> Decision: ...
 
-    def peek(self, endpoint_id: str, identity: Identity) -> Decision: ...
+    def precheck(self, endpoint_id: str, identity: Identity, request: Any = None) -> Decision: ...
 
-    async def apeek(self, endpoint_id: str, identity: Identity) -> Decision: ...
+    async def aprecheck(
+        self, endpoint_id: str, identity: Identity, request: Any = None
+    ) -> Decision: ...
 
     def release(self, decision: Decision) -> None: ...
 
     async def arelease(self, decision: Decision) -> None: ...
 
 
-def make_runner(facade: Facade, report: Callable[[Decision, Any], None]) -> _Runner:
-    """The runner that makes each step through ``facade``; ``report`` tells the
-    observers of a check that denies (a peek itself reports nothing)."""
+def make_runner(facade: Facade) -> _Runner:
+    """The runner that makes each step through ``facade``."""
 
     def sync(step: Step) -> Decision | None:
         if step.kind is StepKind.RELEASE:
             assert step.decision is not None
             facade.release(step.decision)
             return None
-        if step.kind is StepKind.PEEK:
-            try:
-                return _checked(facade.peek(step.endpoint_id, step.identity), step, report)
-            except StoreError:
-                pass  # the decision table answers, through a plain evaluation
+        if step.kind is StepKind.CHECK:
+            return facade.precheck(step.endpoint_id, step.identity, step.request)
         return facade.evaluate(step.endpoint_id, step.identity, step.request)
 
     async def async_(step: Step) -> Decision | None:
@@ -290,20 +297,8 @@ def make_runner(facade: Facade, report: Callable[[Decision, Any], None]) -> _Run
             assert step.decision is not None
             await facade.arelease(step.decision)
             return None
-        if step.kind is StepKind.PEEK:
-            try:
-                decision = await facade.apeek(step.endpoint_id, step.identity)
-                return _checked(decision, step, report)
-            except StoreError:
-                pass  # the decision table answers, through a plain evaluation
+        if step.kind is StepKind.CHECK:
+            return await facade.aprecheck(step.endpoint_id, step.identity, step.request)
         return await facade.aevaluate(step.endpoint_id, step.identity, step.request)
 
     return _Runner(sync, async_)
-
-
-def _checked(decision: Decision, step: Step, report: Callable[[Decision, Any], None]) -> Decision:
-    """A check's decision; a denial is reported like any other (SPEC §7: every denial
-    is counted), an admission is not (the consumption after the handler is)."""
-    if not decision.allowed:
-        report(decision, step.request)
-    return decision

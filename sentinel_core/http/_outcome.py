@@ -19,7 +19,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sentinel_core._models import MICRO, Algorithm, Decision, DecisionReason, IdentityKind, Policy
+from sentinel_core._models import (
+    MICRO,
+    STORE_VERDICTS,
+    Algorithm,
+    Decision,
+    DecisionReason,
+    IdentityKind,
+    Policy,
+)
 from sentinel_core._plugins import Hooks
 from sentinel_core.config._schema import SentinelConfig
 from sentinel_core.errors import ConfigError, UnknownEndpointError
@@ -42,7 +50,6 @@ TEMPORARY_REDUCED_CAPACITY = (
     "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 )
 _TOO_MANY = frozenset({DecisionReason.RATE_LIMITED, DecisionReason.EMERGENCY_LOCAL_LIMIT})
-_STORE_DECIDED = frozenset({DecisionReason.ALLOWED, DecisionReason.RATE_LIMITED})
 _SF_SAFE = re.compile(r"[\x20-\x7e]*")
 _SF_PRINTABLE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 _PARTITION_KEY_BYTES = 12
@@ -231,7 +238,7 @@ class HttpLayer:
         policy (a dry run stays invisible to clients) or for a store failure denial."""
         if not self._config.ratelimit_headers or decision.shadow:
             return []
-        if decision.reason in _STORE_DECIDED:
+        if decision.reason in STORE_VERDICTS:
             return ratelimit_headers(decision)
         if decision.allowed or decision.reason is DecisionReason.EMERGENCY_LOCAL_LIMIT:
             return ratelimit_headers(decision, emergency=True)

@@ -9,7 +9,8 @@ the device cookie. The same rows run on a real Redis and on ``memory://``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,9 @@ import pytest
 from tests.contract.conftest import Build
 from tests.contract.harness import Refused, Reply
 from tests.support.adapter_config import COOKIE_SECRET, JWT_KEY, bearer
-from tests.support.redis_server import free_port
+from tests.support.http import script_calls
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.tcp_proxy import TcpProxy
 
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 UNAVAILABLE = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
@@ -362,3 +365,46 @@ def test_routes_entries_that_cannot_apply_are_refused_at_startup(
 ) -> None:
     with pytest.raises(Refused, match=named):
         build(contract_config("memory://", routes=routes))
+
+
+def test_a_flood_on_a_spent_count_policy_is_denied_locally(
+    build: Build, redis_server: RedisServer, redis_url: str
+) -> None:
+    client = build(contract_config(redis_url))
+    spent = [client.request("POST", "/count/401", headers=AUTH) for _ in range(2)]
+    admin = redis_server.client()
+    before = script_calls(admin)
+
+    flood = [client.request("POST", "/count/401", headers=AUTH) for _ in range(200)]
+
+    calls = script_calls(admin) - before
+    admin.close()
+    assert [reply.status for reply in spent] == [401, 401]
+    assert {reply.status for reply in flood} == {429}
+    # One call for the first denial; a local denial renewed ahead of its end may add one
+    # on a slow machine (the bucket's wait is a minute, local_denials_ms a second).
+    assert calls <= 3, f"200 denied checks cost {calls} script calls"
+
+
+@pytest.fixture
+def silent_redis(redis_server: RedisServer) -> Iterator[TcpProxy]:
+    """A Redis that accepts connections and never answers."""
+    with TcpProxy(redis_server.port, "blackhole") as proxy:
+        yield proxy
+
+
+def test_a_count_policy_waits_on_a_silent_redis_only_until_the_breaker_opens(
+    build: Build, silent_redis: TcpProxy
+) -> None:
+    config = contract_config(
+        silent_redis.url, socket_timeout_ms=200, breaker={"failure_threshold": 2}
+    )
+    client = build(config)
+    first = [client.request("POST", "/count/401", headers=AUTH) for _ in range(2)]
+
+    started = time.perf_counter()
+    short = [client.request("POST", "/count/401", headers=AUTH) for _ in range(10)]
+    elapsed = time.perf_counter() - started
+
+    assert [reply.status for reply in first + short] == [503] * 12
+    assert elapsed < 0.2, f"10 requests with the breaker open took {elapsed:.2f} s"
