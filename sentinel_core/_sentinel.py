@@ -18,6 +18,7 @@ from typing import Any
 
 import pluggy
 
+from sentinel_core import _embedded
 from sentinel_core._models import Algorithm, Decision, Policy, Slot
 from sentinel_core._plugins import Hooks, make_plugin_manager
 from sentinel_core.config._schema import SentinelConfig, load_config
@@ -57,7 +58,8 @@ class Sentinel:
         entry_points: load plugins from the ``sentinel`` entry-point group.
         clock: the monotonic clock, in seconds, of the breaker, the emergency limiter,
             the local denials and the ``memory://`` store (tests drive it instead of
-            sleeping). Redis keeps its own clock (``TIME``).
+            sleeping). Redis keeps its own clock (``TIME``). On ``memory://`` the
+            default is the process clock that the ``sentinel_clock`` fixture drives.
 
     Besides the decisions (`evaluate`, `peek`, `usage`, `lease`, ... and their
     ``a``-prefixed twins), it answers `policy` (an endpoint's configured policy),
@@ -75,6 +77,9 @@ class Sentinel:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = load_config(config)
+        memory = self.config.redis_url.startswith(MEMORY_URL)
+        if memory and clock is time.monotonic:
+            clock = _embedded.monotonic  # the clock a test suite drives (SPEC §9)
         clock_ns = _nanoseconds(clock)
         self.registry = registry
         self._hooks = Hooks(make_plugin_manager(plugins, entry_points=entry_points))
@@ -90,12 +95,13 @@ class Sentinel:
         metrics = MetricsPlugin(registry, self._breaker)
         self._hooks.register_builtin(metrics, "sentinel.metrics")
         self._hooks.register_builtin(DecisionLogPlugin(self._breaker, clock_ns), "sentinel.logging")
+        local_denials = LocalDenials(self.config.local_denials_ms, clock_ns=clock_ns)
         self._engine = DecisionEngine(
             self.config.policies,
             self._breaker,
             EmergencyLimiter(clock_ns),
             self._hooks,
-            LocalDenials(self.config.local_denials_ms, clock_ns=clock_ns),
+            local_denials,
         )
         self.http = HttpLayer(self.config, self._hooks, on_exempt=metrics.exempted)
         self.route_table = RouteTable(self.config.routes)
@@ -103,9 +109,9 @@ class Sentinel:
         unix_us = _unix_microseconds(clock)
         if clock is not time.monotonic:  # quota periods follow the injected clock too
             self._engine.calendars = Calendars(unix_us)
-        self._memory = (
-            MemoryStore(unix_us) if self.config.redis_url.startswith(MEMORY_URL) else None
-        )
+        self._memory = MemoryStore(unix_us) if memory else None
+        if self._memory is not None:
+            _embedded.track(self._memory, local_denials)
         self._sync_store: SyncStore | None = self._memory
         self._async_store: AsyncStore | None = self._memory
         self._check_deferred = False
@@ -444,6 +450,8 @@ def _nanoseconds(clock: Callable[[], float]) -> Callable[[], int]:
     """``clock`` (seconds) in whole nanoseconds, for the limiters' integer arithmetic."""
     if clock is time.monotonic:
         return time.monotonic_ns
+    if clock is _embedded.monotonic:
+        return _embedded.monotonic_ns
     return lambda: round(clock() * 1_000_000_000)
 
 

@@ -8,9 +8,18 @@ from typing import Any
 import pytest
 import redis
 
+from sentinel_core.testing import pytest_plugin
 from tests.support.redis_admin import RedisAdmin
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The distribution's `pytest11` entry point registers Sentinel's plugin wherever the
+    # package is installed (tox, a user's venv: tests/packaging proves it); an editable
+    # install made before that entry point existed lacks it, so register it here then.
+    if not config.pluginmanager.has_plugin("sentinel"):
+        config.pluginmanager.register(pytest_plugin, "sentinel")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -156,6 +156,11 @@ class LocalDenials:
                 for old in list(table)[: max(1, len(table) // 4)]:
                     del table[old]
 
+    def clear(self) -> None:
+        """Drop every entry (between tests: the ``sentinel_reset`` fixture)."""
+        with self._lock:
+            self._entries.clear()
+
     def forget(self, keys: Sequence[str]) -> None:
         """Drop the entries of ``keys`` (their buckets were reset)."""
         with self._lock:

@@ -158,6 +158,11 @@ class MemoryStore:
                 self._sweep(now)
         return list(reply)
 
+    def clear(self) -> None:
+        """Forget every key (between tests: the ``sentinel_reset`` fixture)."""
+        with self._lock:
+            self._data.clear()
+
     def check(self, require_noeviction: bool) -> ServerReport:
         return ServerReport((Check("store", True, "memory:// (embedded, this process only)"),))
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from sentinel_core.testing import ratelimit_headers
 from tests.contract.conftest import Build
 from tests.contract.harness import Refused, Reply
 from tests.support.adapter_config import COOKIE_SECRET, JWT_KEY, bearer
@@ -74,10 +75,18 @@ class Row:
     config: dict[str, Any] = field(default_factory=dict)
 
 
-def members(value: str | None) -> list[str]:
-    """The names of a RateLimit field's List members."""
-    assert value is not None
-    return [member.split(";")[0].strip('"') for member in value.split(", ")]
+def members(reply: Reply, field: str = "state") -> list[str]:
+    """The policy names of the reply's ``RateLimit`` (``"state"``) or ``RateLimit-Policy``
+    (``"policy"``) field, in order."""
+    return list(ratelimit_headers(reply.headers)[field])
+
+
+def remaining(reply: Reply) -> int:
+    """``r`` of the response's one RateLimit member."""
+    (state,) = ratelimit_headers(reply.headers)["state"].values()
+    r = state["r"]
+    assert isinstance(r, int)
+    return r
 
 
 def problem(reply: Reply) -> dict[str, Any]:
@@ -98,22 +107,22 @@ def allowed_then_limited(replies: list[Reply]) -> None:
         "title": "Too Many Requests",
         "status": 429,
         "detail": "rate limit exceeded",
-        "violated-policies": [members(limited.header("ratelimit"))[0]],
+        "violated-policies": [members(limited)[0]],
     }
     assert all(not reply.set_cookies for reply in replies)
 
 
 def charged_once(replies: list[Reply]) -> None:
     allowed_then_limited(replies)
-    assert members(replies[0].header("ratelimit")) == ["small"]
-    assert members(replies[0].header("ratelimit-policy")) == ["small"]
-    assert (replies[0].header("ratelimit") or "").split(";")[1] == "r=1"
+    assert members(replies[0]) == ["small"]
+    assert members(replies[0], "policy") == ["small"]
+    assert remaining(replies[0]) == 1
 
 
 def both_apply(replies: list[Reply]) -> None:
-    assert members(replies[0].header("ratelimit")) == ["small", "large"]
-    assert members(replies[0].header("ratelimit-policy")) == ["small", "large"]
-    assert members(replies[-1].header("ratelimit")) == ["small"]
+    assert members(replies[0]) == ["small", "large"]
+    assert members(replies[0], "policy") == ["small", "large"]
+    assert members(replies[-1]) == ["small"]
 
 
 def unauthorized(replies: list[Reply]) -> None:
@@ -136,13 +145,13 @@ def cookie_on_allowed_only(replies: list[Reply]) -> None:
     assert "SameSite=Lax" in cookie
     assert not second.set_cookies  # the client sent the cookie back: same device
     assert not limited.set_cookies
-    assert members(second.header("ratelimit")) == ["device"]
+    assert members(second) == ["device"]
 
 
 def no_cookie_on_an_inner_refusal(replies: list[Reply]) -> None:
     for reply in replies:
         assert not reply.set_cookies
-        assert members(reply.header("ratelimit")) == ["device"]
+        assert members(reply) == ["device"]
 
 
 def unavailable(replies: list[Reply]) -> None:
@@ -162,15 +171,14 @@ def never_guarded(replies: list[Reply]) -> None:
 
 def streamed(replies: list[Reply]) -> None:
     assert [reply.body for reply in replies[:2]] == [b"abc", b"abc"]
-    assert members(replies[0].header("ratelimit")) == ["small"]
+    assert members(replies[0]) == ["small"]
 
 
 def counted(replies: list[Reply]) -> None:
-    assert members(replies[0].header("ratelimit")) == ["failures"]
+    assert members(replies[0]) == ["failures"]
     # r is what the check found left after this request, were it counted: successes
     # leave it unchanged, each counted failure takes one.
-    remaining = [(reply.header("ratelimit") or "").split(";")[1] for reply in replies[:6]]
-    assert remaining == ["r=1"] * 5 + ["r=0"]
+    assert [remaining(reply) for reply in replies[:6]] == [1] * 5 + [0]
     allowed_then_limited(replies)
 
 
@@ -203,8 +211,8 @@ def _times(method: str, path: str, n: int, headers: Mapping[str, str] = AUTH) ->
 
 def layered(replies: list[Reply]) -> None:
     """Both limits listed; the hour limit (2) binds before the minute limit (3)."""
-    assert members(replies[0].header("ratelimit-policy")) == ["small/minute", "small/hour"]
-    assert [members(reply.header("ratelimit")) for reply in replies[:2]] == [["small/hour"]] * 2
+    assert members(replies[0], "policy") == ["small/minute", "small/hour"]
+    assert [members(reply) for reply in replies[:2]] == [["small/hour"]] * 2
     assert int(replies[-1].header("retry-after") or 0) >= 1
 
 
