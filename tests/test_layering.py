@@ -25,10 +25,12 @@ NAME = "sentinel_core"
 TOP_LEVEL: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "_models": frozenset(),
+    "_embedded": frozenset(),
     "hookspecs": frozenset({"_models", "identity", "resilience"}),
     "_plugins": frozenset({"_models", "errors", "hookspecs", "identity", "resilience"}),
     "_sentinel": frozenset(
         {
+            "_embedded",
             "_models",
             "errors",
             "_plugins",

@@ -8,6 +8,8 @@
   offers both as the ``sentinel_clock`` and ``sentinel_reset`` fixtures.
 
 Nothing here runs unless a test calls it: importing this module changes nothing.
+
+May import: `sentinel_core._embedded`.
 """
 
 from sentinel_core.testing._clock import SentinelClock, frozen_clock, reset_memory_stores
