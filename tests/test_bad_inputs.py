@@ -263,6 +263,22 @@ async def test_aevaluate_refuses_it_too() -> None:
         await sentinel().aevaluate("api.ep", None)  # type: ignore[arg-type]
 
 
+async def test_an_empty_tenant_id_is_refused_by_every_call_of_the_facade() -> None:
+    """``""`` would be one bucket for every caller whose id came out empty."""
+    facade = sentinel()
+    calls = [
+        lambda: facade.evaluate("api.ep", ""),
+        lambda: facade.peek("api.ep", ""),
+        lambda: facade.reset("api.ep", ""),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match="a tenant id must be a non-empty string"):
+            call()
+    for acall in (facade.aevaluate, facade.apeek, facade.areset):
+        with pytest.raises(ValueError, match="a tenant id must be a non-empty string"):
+            await acall("api.ep", "")
+
+
 class Tiered:
     def __init__(self, **changes: Any) -> None:
         self.changes = changes

@@ -197,6 +197,16 @@ def test_an_unsupported_redis_url_is_a_usage_error(
     ) in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["\u00b2", "\u0661\u0660", "0", "x"])
+def test_a_timeout_that_is_not_a_whole_number_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], write_config: WriteConfig, value: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check", write_config("memory://"), "--timeout-ms", value])
+    assert exit_info.value.code == 2
+    assert "expected a whole number from 1 to" in capsys.readouterr().err
+
+
 def test_check_on_the_memory_store_passes(
     capsys: pytest.CaptureFixture[str], write_config: WriteConfig
 ) -> None:

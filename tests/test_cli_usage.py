@@ -123,3 +123,12 @@ def test_usage_reports_an_unreachable_store(
     dead = f"redis://127.0.0.1:{free_port()}/0"
     assert main(["usage", config_path, "plan.calls", "acme", "--redis", dead]) == 1
     assert "cannot reach" in capsys.readouterr().out
+
+
+def test_usage_prints_tenant_arguments_escaped(
+    config_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["usage", config_path, "plan.calls", "evil\x1b[31m\n"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "  evil\\x1b[31m\\n  " in out

@@ -160,6 +160,25 @@ def test_the_cli_peeks_and_resets(
         sentinel.close()
 
 
+def test_the_cli_prints_a_tenant_argument_escaped_and_refuses_an_empty_one(
+    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write(tmp_path, redis_url)
+    hostile = "acme\x1b[2J\x1b]0;owned\x07\r\u202e"
+    code, out = run(capsys, "reset", config, "api.tb", hostile)
+    assert code == 0
+    assert out == (
+        "sentinel reset: api.tb: acme\\x1b[2J\\x1b]0;owned\\x07\\r\\u202e's buckets are full "
+        "again\n"
+    )
+    assert run(capsys, "reset", config, "api.tb", "caf\u00e9") == (
+        0,
+        "sentinel reset: api.tb: caf\u00e9's buckets are full again\n",  # printable: as is
+    )
+    code, out = run(capsys, "peek", config, "api.tb", "")
+    assert (code, out) == (2, "sentinel peek: a tenant id must be a non-empty string\n")
+
+
 def test_the_cli_says_what_is_wrong(
     redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

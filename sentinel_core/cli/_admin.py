@@ -61,7 +61,8 @@ def run_admin(args: argparse.Namespace) -> int:
     try:
         if args.action == "reset":
             sentinel.reset(args.endpoint_id, args.tenant)
-            console.say(f"{command}: {args.endpoint_id}: {args.tenant}'s buckets are full again")
+            tenant = console.shown(args.tenant)
+            console.say(f"{command}: {args.endpoint_id}: {tenant}'s buckets are full again")
             return console.EXIT_OK
         decision = sentinel.peek(args.endpoint_id, args.tenant)
     except (UnknownEndpointError, ValueError) as exc:

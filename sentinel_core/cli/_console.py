@@ -18,6 +18,15 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
+def shown(text: str) -> str:
+    """A user's argument (a tenant id) as it may be printed: unchanged when printable,
+    else with each unprintable character escaped (``\\x1b``, ``\\n``, ``\\u202e``), so an
+    argument can never move the cursor, recolour or rewrite what the terminal shows."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
 def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -37,7 +46,7 @@ def bounded_int(maximum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         digits = text.strip()
         if (
-            not digits.isdigit()
+            not (digits.isascii() and digits.isdigit())  # isdigit alone takes '²'
             or len(digits) > len(str(maximum))
             or not 1 <= int(digits) <= maximum
         ):

@@ -23,6 +23,7 @@ from sentinel_core.cli._console import (
     redact_url,
     redis_url,
     say,
+    shown,
 )
 from sentinel_core.config._schema import load_config
 from sentinel_core.decision._usage import Usage
@@ -113,6 +114,7 @@ def _iso(instant: datetime | None) -> str | None:
 
 def _print_table(policy: Policy, rows: list[tuple[str, Usage]]) -> None:
     say(f"sentinel usage: {policy.endpoint_id} ({_describe(policy)})")
+    rows = [(shown(tenant), usage) for tenant, usage in rows]
     width = max(len("tenant"), *(len(tenant) for tenant, _ in rows))
     period = "  period" if policy.calendar else ""
     say(f"  {'tenant':<{width}}  {'used':>10}  {'remaining':>10}{period}")

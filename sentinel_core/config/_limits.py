@@ -21,6 +21,31 @@ _MAX_LIMIT = 1_000_000
 _MAX_LEASE_SECONDS = 86_400
 
 
+_HOST_ZONES = frozenset({"localtime", "posixrules", "Factory"})
+"""Files of a zone database that are not zones of a place: ``localtime`` and
+``posixrules`` are whatever the host is set to (processes on two hosts would count
+different periods in one bucket), ``Factory`` is a placeholder."""
+
+
+def _check_zone(zone: str, path: str) -> None:
+    """An IANA time zone every host reads alike, or a ConfigError."""
+    if zone in _HOST_ZONES or zone.startswith("right/"):
+        raise ConfigError(
+            path,
+            f"{zone!r} is not a time zone every host reads alike (right/ zones count leap "
+            "seconds, which Redis TIME does not): expected an IANA name such as "
+            "'Europe/Berlin' or 'UTC'",
+        )
+    try:
+        zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(
+            path,
+            f"unknown time zone {zone!r}: expected an IANA name such as 'Europe/Berlin' "
+            "(install the tzdata package where the system has no zone database)",
+        ) from None
+
+
 def parse_lease_or_quota(section: Section, endpoint_id: str, algorithm: Algorithm) -> Policy:
     """A concurrency or quota policy; both limit tenants only."""
     fail_mode = _fail_mode(section)
@@ -98,14 +123,7 @@ def _quota(section: Section, fail_mode: FailMode, common: dict[str, Any]) -> Pol
     count, calendar = int(match.group(1)), match.group(2)
     zone = section.text("timezone", "UTC")
     assert zone is not None
-    try:
-        zoneinfo.ZoneInfo(zone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ConfigError(
-            section.path("timezone"),
-            f"unknown time zone {zone!r}: expected an IANA name such as 'Europe/Berlin' "
-            "(install the tzdata package where the system has no zone database)",
-        ) from None
+    _check_zone(zone, section.path("timezone"))
     fallback_rate = None
     if fail_mode is FailMode.OPEN:
         if not section.has("fallback_rate"):

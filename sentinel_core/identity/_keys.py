@@ -66,6 +66,9 @@ class TenantIdentity:
     hash: str = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if not self.tenant:
+            # One bucket for every caller whose id came out empty: a bug, never a tenant.
+            raise ValueError("a tenant id must be a non-empty string")
         object.__setattr__(self, "hash", compact_hash(self.tenant))
 
     def __repr__(self) -> str:  # never print the raw identity
