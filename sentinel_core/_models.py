@@ -46,6 +46,8 @@ class FailMode(str, enum.Enum):
 class IdentityKind(str, enum.Enum):
     TENANT = "tenant"
     ANONYMOUS = "anonymous"
+    USER = "user"
+    """The user the application authenticated; the anonymous identity without one."""
 
 
 @dataclass(frozen=True, slots=True)

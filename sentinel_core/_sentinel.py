@@ -60,6 +60,9 @@ class Sentinel:
             the local denials and the ``memory://`` store (tests drive it instead of
             sleeping). Redis keeps its own clock (``TIME``). On ``memory://`` the
             default is the process clock that the ``sentinel_clock`` fixture drives.
+        identify: ``identify(request)``, the user the application authenticated for
+            ``identity: "user"`` policies: the framework's request in, the user's id
+            (a str) or None out (the adapters pass their framework's default).
 
     Besides the decisions (`evaluate`, `peek`, `usage`, `lease`, ... and their
     ``a``-prefixed twins), it answers `policy` (an endpoint's configured policy),
@@ -75,6 +78,7 @@ class Sentinel:
         plugins: Iterable[object] = (),
         entry_points: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        identify: Callable[[Any], str | None] | None = None,
     ) -> None:
         self.config = load_config(config)
         memory = self.config.redis_url.startswith(MEMORY_URL)
@@ -103,7 +107,9 @@ class Sentinel:
             self._hooks,
             local_denials,
         )
-        self.http = HttpLayer(self.config, self._hooks, on_exempt=metrics.exempted)
+        self.http = HttpLayer(
+            self.config, self._hooks, on_exempt=metrics.exempted, identify=identify
+        )
         self.route_table = RouteTable(self.config.routes)
         self._runner = make_runner(self)
         unix_us = _unix_microseconds(clock)

@@ -8,5 +8,6 @@ Starlette responses (SPEC §5). ``Depends(rate_limit("id"))`` is the dependency 
 from ._decorator import rate_limit, rate_limited
 from ._extension import Sentinel
 from ._middleware import SentinelMiddleware
+from ._translate import RateLimitExceeded
 
-__all__ = ["Sentinel", "SentinelMiddleware", "rate_limit", "rate_limited"]
+__all__ = ["RateLimitExceeded", "Sentinel", "SentinelMiddleware", "rate_limit", "rate_limited"]

@@ -59,15 +59,20 @@ def rate_limited(endpoint_id: str) -> Callable[[F], F]:
         if _REQUEST in signature.parameters:
             raise TypeError(f"{handler.__name__} uses a parameter name reserved by Sentinel")
         is_async = inspect.iscoroutinefunction(handler)
+        # FastAPI hands the request to one parameter only: the handler's own, if it has one.
+        own = _request_parameter(signature)
 
         @functools.wraps(handler)
         async def guarded(*args: Any, **kwargs: Any) -> Any:
-            require_admitted(kwargs.pop(_REQUEST), endpoint_id)
+            request = kwargs[own] if own is not None else kwargs.pop(_REQUEST)
+            require_admitted(request, endpoint_id)
             if is_async:
                 return await handler(*args, **kwargs)
             return await run_in_threadpool(handler, *args, **kwargs)
 
-        guarded.__signature__ = _with_hidden_parameters(signature)  # type: ignore[attr-defined]
+        if own is None:
+            signature = _with_hidden_parameters(signature)
+        guarded.__signature__ = signature  # type: ignore[attr-defined]
         setattr(guarded, ENDPOINT_ATTRIBUTE, endpoint_id)
         return cast(F, guarded)
 
@@ -109,6 +114,15 @@ def require_admitted(request: Request, endpoint_id: str) -> None:
         raise RuntimeError(
             f"{endpoint_id!r}: this request did not pass Sentinel; call sentinel.init_app(app)"
         )
+
+
+def _request_parameter(signature: inspect.Signature) -> str | None:
+    """The name of the handler's own `Request` parameter, if it has one."""
+    for name, parameter in signature.parameters.items():
+        annotation = parameter.annotation
+        if isinstance(annotation, type) and issubclass(annotation, Request):
+            return name
+    return None
 
 
 def _with_hidden_parameters(signature: inspect.Signature) -> inspect.Signature:

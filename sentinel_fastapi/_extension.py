@@ -9,7 +9,8 @@ with the app's own lifespan instead of replacing it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -23,6 +24,7 @@ from ._decorator import STATE_ATTRIBUTE
 from ._middleware import SentinelMiddleware
 from ._openapi import install_openapi
 from ._routes import RouteIndex, reset_route_index, route_index
+from ._translate import starlette_user
 
 Lifespan = Callable[[Any], AbstractAsyncContextManager[Any]]
 
@@ -34,6 +36,9 @@ class Sentinel(sentinel_core.Sentinel):
         config: a mapping, a path to a TOML file with a ``[sentinel]`` table, or a
             loaded `sentinel_core.SentinelConfig`.
         registry: the ``prometheus_client.CollectorRegistry`` for the metrics.
+        identify: ``identify(request)``, the id (a str) of the user the app
+            authenticated, or None, for ``identity: "user"`` policies; by default
+            ``request.user.identity`` as Starlette's ``AuthenticationMiddleware`` sets it.
 
     Example::
 
@@ -45,6 +50,15 @@ class Sentinel(sentinel_core.Sentinel):
         @rate_limited("pdftalk.ingest")
         async def ingest() -> dict[str, str]: ...
     """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | str | os.PathLike[str] | sentinel_core.SentinelConfig,
+        *,
+        identify: Callable[[Any], str | None] = starlette_user,
+        **options: Any,
+    ) -> None:
+        super().__init__(config, identify=identify, **options)
 
     def init_app(self, app: FastAPI) -> None:
         """Attach this Sentinel to ``app``.

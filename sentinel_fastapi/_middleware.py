@@ -11,15 +11,27 @@ cancelled (the client went away).
 
 from __future__ import annotations
 
+import inspect
+
 import anyio
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sentinel_core import Sentinel
-from sentinel_core.adapter import CANCELLED, SERVER_ERROR, Admission
+from sentinel_core.adapter import CANCELLED, SERVER_ERROR, Admission, Outcome
 
 from ._routes import route_index
-from ._translate import ADMITTED, denial_response, raw_headers, request_view
+from ._translate import (
+    ADMITTED,
+    RateLimitExceeded,
+    denial_exception,
+    denial_response,
+    handled_denial,
+    raw_headers,
+    request_view,
+)
 
 
 class SentinelMiddleware:
@@ -45,13 +57,31 @@ class SentinelMiddleware:
         if entry is None or not endpoint_ids:
             await self.app(scope, receive, send)
             return
-        view = request_view(Request(scope, receive), entry.template)
-        admission = await self.sentinel.aadmit(view, endpoint_ids)
+        request = Request(scope, receive)
+        admission = await self.sentinel.aadmit(request_view(request, entry.template), endpoint_ids)
         if admission.denial is not None:
-            await denial_response(admission.denial)(scope, receive, send)
+            response = await render_denial(request, admission.denial)
+            await response(scope, receive, send)
             return
         scope[ADMITTED] = endpoint_ids
         await _serve(self.app, admission, scope, receive, send)
+
+
+async def render_denial(request: Request, outcome: Outcome) -> Response:
+    """A denial as the app renders it, with ``app.exception_handler(RateLimitExceeded)``
+    (sync or async), plus the denial's headers; SPEC §4's response without a handler.
+
+    The middleware sits outside Starlette's exception middleware, so it calls the
+    handler itself, the way that middleware would."""
+    handler = request.scope["app"].exception_handlers.get(RateLimitExceeded)
+    exc = denial_exception(outcome) if handler is not None else None
+    if exc is None:
+        return denial_response(outcome)
+    if inspect.iscoroutinefunction(handler):
+        response = await handler(request, exc)
+    else:
+        response = await run_in_threadpool(handler, request, exc)
+    return handled_denial(response, outcome)
 
 
 async def _serve(

@@ -6,11 +6,14 @@ decided by `sentinel_core`; this module only moves values into Starlette's types
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
+from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
+from sentinel_core import Decision
 from sentinel_core.adapter import Cookie, Outcome, RequestView
 
 ADMITTED = "sentinel.admitted"
@@ -33,6 +36,55 @@ def request_view(request: HTTPConnection, route: str | None) -> RequestView:
         peer=client[0] if client else None,
         native=request,
     )
+
+
+def starlette_user(request: HTTPConnection) -> str | None:
+    """The default ``identify``: the ``identity`` of the user Starlette's
+    ``AuthenticationMiddleware`` authenticated (``request.user``), None without one."""
+    user = request.scope.get("user")
+    if user is None or not user.is_authenticated:
+        return None
+    identity: str = user.identity
+    return identity
+
+
+class RateLimitExceeded(HTTPException):
+    """A denial (429, or 503 when the limiter is unavailable), raised to the handler
+    the app registered with ``app.exception_handler(RateLimitExceeded)`` (SPEC §5).
+
+    ``decision`` is the `sentinel_core.Decision`; ``status_code``, ``detail`` and
+    ``headers`` (Retry-After and the RateLimit fields) are Starlette's usual fields.
+    Whatever the handler returns gains those headers.
+    """
+
+    def __init__(self, decision: Decision, status_code: int, headers: Mapping[str, str]) -> None:
+        detail = "rate limit exceeded" if status_code == 429 else "rate limiter unavailable"
+        super().__init__(status_code, detail, dict(headers))
+        self.decision = decision
+
+
+def denial_exception(outcome: Outcome) -> RateLimitExceeded | None:
+    """The exception an app's handler renders for a denial decided by a policy; None
+    for a refusal without a decision (a 401), which stays Sentinel's own."""
+    if outcome.decision is None:
+        return None
+    return RateLimitExceeded(outcome.decision, outcome.status, dict(denial_headers(outcome)))
+
+
+def denial_headers(outcome: Outcome) -> list[tuple[str, str]]:
+    """A denial's headers but its Content-Type: what an app's own rendering gains."""
+    return [(name, value) for name, value in outcome.headers if name != "Content-Type"]
+
+
+def handled_denial(response: Any, outcome: Outcome) -> Response:
+    """The response an app's handler returned for a denial, with the denial's headers."""
+    if not isinstance(response, Response):
+        raise TypeError(
+            f"the RateLimitExceeded handler returned {type(response).__name__}, not a Response"
+        )
+    for name, value in denial_headers(outcome):
+        response.headers[name] = value
+    return response
 
 
 def denial_response(outcome: Outcome) -> Response:

@@ -142,8 +142,10 @@ class HttpLayer:
         hooks: Hooks,
         *,
         on_exempt: Callable[[str], None] = lambda endpoint_id: None,
+        identify: Callable[[Any], object] | None = None,
     ) -> None:
         self._config = config
+        self._identify_user = identify
         self._hooks = hooks
         self._clients = ClientAddresses(config.trusted_proxies)
         self._exemptions = Exemptions(config.exempt, hooks.exempt, on_exempt)
@@ -161,11 +163,18 @@ class HttpLayer:
         Raises:
             UnknownEndpointError: no policy declares it.
             ConfigError: a tenant policy without the ``jwt`` section and without a
-                plugin implementing `sentinel_identify` to supply identities instead.
+                plugin implementing `sentinel_identify` to supply identities instead;
+                a user policy without an ``identify`` callable.
         """
         policy = self._config.policies.get(endpoint_id)
         if policy is None:
             raise UnknownEndpointError(endpoint_id)
+        if policy.identity is IdentityKind.USER and self._identify_user is None:
+            raise ConfigError(
+                f"policies.{endpoint_id}.identity",
+                "a user policy needs the adapter's identify callable, which names the "
+                "request's user (Sentinel(identify=fn))",
+            )
         if (
             policy.identity is IdentityKind.TENANT
             and self._jwt is None
@@ -204,6 +213,11 @@ class HttpLayer:
             return Prepared(custom, None)
         if policy.identity is IdentityKind.ANONYMOUS:
             return self._anonymous(request, client)
+        if policy.identity is IdentityKind.USER:
+            user = self._user(request)
+            if user is None:  # no authenticated user: limited like an anonymous client
+                return self._anonymous(request, client)
+            return Prepared(tenant_identity(user), None)
         if self._jwt is None:
             # Tenant identity came from a plugin that had none for this request.
             return unauthorized(AuthError(None, "credentials required"))
@@ -212,6 +226,17 @@ class HttpLayer:
         except AuthError as error:
             return unauthorized(error)
         return Prepared(tenant_identity(tenant), None)
+
+    def _user(self, request: RequestView) -> str | None:
+        """The id of the user the application authenticated (``identify``), hashed
+        into a key like a tenant's; None (or ``""``) when there is none."""
+        identify = self._identify_user
+        user = None if identify is None else identify(request.native)
+        if user is None or user == "":
+            return None
+        if not isinstance(user, str):
+            raise TypeError(f"identify must return a str or None, not {type(user).__name__}")
+        return user
 
     def outcome(self, decision: Decision, cookie: Cookie | None) -> Outcome:
         """SPEC §4's table for a decision.
