@@ -32,7 +32,8 @@ from sentinel_core.errors import StoreError
 from sentinel_core.http._lifecycle import Admission, admission, adrive, drive, make_runner
 from sentinel_core.http._outcome import HttpLayer, Outcome, Prepared, RequestView
 from sentinel_core.http._routes import RouteTable
-from sentinel_core.identity._keys import Identity, tenant_identity
+from sentinel_core.identity._anonymous import named_identity
+from sentinel_core.identity._keys import AnonymousIdentity, Identity, tenant_identity
 from sentinel_core.observability._logging import DecisionLogPlugin
 from sentinel_core.observability._metrics import MetricsPlugin
 from sentinel_core.resilience._breaker import BreakerState, CircuitBreaker
@@ -360,42 +361,63 @@ class Sentinel:
         call = usage_call(self._engine, policy, _identity(identity))
         return usage_of(policy, call, await self.async_store.arun(call))
 
+    def anonymous_identity(self, address: str, device: str) -> AnonymousIdentity:
+        """The identity of one anonymous client, for `peek` and `reset` on an anonymous
+        policy (whose buckets belong to a device AND a network): its IP address, and its
+        device as the device cookie's value (verified with the configured secrets) or
+        the bare device id.
+
+        Raises:
+            ValueError: no ``anonymous`` section, an ``address`` that is not an IP
+                address, or a ``device`` that is neither a genuine cookie nor a device id.
+        """
+        if self.config.anonymous is None:
+            raise ValueError("the configuration has no anonymous section")
+        return named_identity(self.config.anonymous, address, device)
+
     def peek(self, endpoint_id: str, identity: str | Identity) -> Decision:
         """The `Decision` a request of ``identity`` would get now, without consuming
         anything: the store writes nothing, and no metric or log is made.
 
         Raises:
             StoreError: the store is unavailable.
-            ValueError: the policy is a quota or concurrency one (see `usage`).
+            ValueError: the policy is a quota or concurrency one (see `usage`), or an
+                anonymous one and ``identity`` is not an `anonymous_identity`.
         """
         policy, who = self._engine.policy(endpoint_id), _identity(identity)
-        call = admin_call(policy, who, Mode.PEEK)
+        call = admin_call(policy, who, Mode.PEEK, self._engine.calendars)
         return peeked(policy, who, self.store.run(call))
 
     async def apeek(self, endpoint_id: str, identity: str | Identity) -> Decision:
         """`peek` on the asyncio store."""
         policy, who = self._engine.policy(endpoint_id), _identity(identity)
-        call = admin_call(policy, who, Mode.PEEK)
+        call = admin_call(policy, who, Mode.PEEK, self._engine.calendars)
         return peeked(policy, who, await self.async_store.arun(call))
 
     def reset(self, endpoint_id: str, identity: str | Identity) -> None:
         """Refill ``identity``'s buckets of ``endpoint_id`` (an administrative action:
-        support, tests), by script. This process forgets its local denials of them at
-        once; other processes within ``local_denials_ms``.
+        support, tests), by script; for a quota policy, the current period's count
+        starts again from 0. This process forgets its local denials of them at once;
+        other processes within ``local_denials_ms``.
 
         Raises:
             StoreError: the store is unavailable.
-            ValueError: the policy is a quota or concurrency one.
+            ValueError: the policy is a concurrency one, or an anonymous one and
+                ``identity`` is not an `anonymous_identity`.
         """
-        call = admin_call(self._engine.policy(endpoint_id), _identity(identity), Mode.RESET)
+        call = self._admin_call(endpoint_id, identity, Mode.RESET)
         self.store.run(call)
         self._engine.local_denials.forget(call.keys)
 
     async def areset(self, endpoint_id: str, identity: str | Identity) -> None:
         """`reset` on the asyncio store."""
-        call = admin_call(self._engine.policy(endpoint_id), _identity(identity), Mode.RESET)
+        call = self._admin_call(endpoint_id, identity, Mode.RESET)
         await self.async_store.arun(call)
         self._engine.local_denials.forget(call.keys)
+
+    def _admin_call(self, endpoint_id: str, identity: str | Identity, mode: Mode) -> ScriptCall:
+        policy = self._engine.policy(endpoint_id)
+        return admin_call(policy, _identity(identity), mode, self._engine.calendars)
 
     def validate_endpoint(self, endpoint_id: str) -> Policy:
         """Raise at startup, not on the first request, for an id that cannot be guarded

@@ -1,8 +1,9 @@
 """Sentinel for Flask: a Flask extension (``init_app``, ``app.extensions["sentinel"]``),
 the ``@rate_limited`` view decorator and the ``routes`` middleware (SPEC §5)."""
 
+from ._config import CONFIG_FILE_KEY, CONFIG_KEY
 from ._decorator import rate_limited
-from ._extension import CONFIG_FILE_KEY, CONFIG_KEY, Sentinel
+from ._extension import Sentinel
 from ._guard import EXTENSION_KEY
 
 __all__ = ["CONFIG_FILE_KEY", "CONFIG_KEY", "EXTENSION_KEY", "Sentinel", "rate_limited"]

@@ -30,9 +30,8 @@ guarded.
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from flask import Flask, Response, current_app, request
@@ -40,11 +39,10 @@ from flask import Flask, Response, current_app, request
 import sentinel_core
 from sentinel_core import ConfigError
 
+from ._cli import sentinel_commands
+from ._config import config_source
 from ._decorator import all_endpoints, handler_endpoints
 from ._guard import EXTENSION_KEY, admit_request, complete, core_of, finish_response
-
-CONFIG_KEY = "SENTINEL"
-CONFIG_FILE_KEY = "SENTINEL_CONFIG_FILE"
 
 
 class Sentinel:
@@ -83,7 +81,7 @@ class Sentinel:
         if EXTENSION_KEY in app.extensions:
             raise RuntimeError(f"sentinel_flask: app {app.name!r} already has a Sentinel")
         core = sentinel_core.Sentinel(
-            _config_source(app), registry=self._registry, plugins=self._plugins
+            config_source(app), registry=self._registry, plugins=self._plugins
         )
         try:
             _check_endpoint_ids(app, core)
@@ -98,6 +96,7 @@ class Sentinel:
         app.before_request(hooks.before_request)
         app.after_request(finish_response)
         app.teardown_request(complete)
+        app.cli.add_command(sentinel_commands())
 
     def validate(self, app: Flask | None = None) -> None:
         """Check ``app`` (the current app by default) as it is now: every endpoint id
@@ -141,24 +140,6 @@ def _check_endpoint_ids(app: Flask, core: sentinel_core.Sentinel) -> None:
     for view_function in app.view_functions.values():
         for endpoint_id in all_endpoints(view_function):
             core.validate_endpoint(endpoint_id)
-
-
-def _config_source(app: Flask) -> Mapping[str, Any] | str:
-    mapping = app.config.get(CONFIG_KEY)
-    path = app.config.get(CONFIG_FILE_KEY)
-    if mapping is not None and path is not None:
-        raise ConfigError(CONFIG_FILE_KEY, f"set app.config[{CONFIG_KEY!r}] or this key, not both")
-    if mapping is not None:
-        if not isinstance(mapping, Mapping):
-            raise ConfigError(CONFIG_KEY, f"expected a mapping, got {type(mapping).__name__}")
-        return mapping
-    if path is not None:
-        return os.path.join(app.root_path, os.fspath(path))
-    raise ConfigError(
-        CONFIG_KEY,
-        f"missing: set app.config[{CONFIG_KEY!r}] (a mapping) or "
-        f"app.config[{CONFIG_FILE_KEY!r}] (a TOML file with a [sentinel] table)",
-    )
 
 
 class _AppHooks:

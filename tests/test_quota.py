@@ -444,7 +444,7 @@ def test_reset_counts_to_the_real_next_boundary_on_redis(redis_url: str, zone: s
 def quota_situations(draw: st.DrawFn) -> tuple[int, int, list[int], int, str | None]:
     """(limit, cost, boundary offsets from TIME in us, which boundary, stored state)."""
     limit = draw(st.integers(1, 50))
-    cost = draw(st.integers(0, limit))
+    cost = draw(st.integers(-1, limit))  # -1: a reset
     lengths = draw(st.lists(st.integers(2 * MICRO, 40 * DAY_US), min_size=3, max_size=5))
     into = draw(st.integers(MICRO, lengths[1] - MICRO))  # TIME sits inside period 1
     offsets = [-lengths[0] - into, -into]

@@ -1,4 +1,6 @@
-"""What both commands of the ``sentinel`` CLI print with: exit codes, lines, URLs."""
+"""What the commands of the ``sentinel`` CLI share: exit codes, lines, URLs, and the
+configuration a command was given (a CONFIG path, or the mapping an app handed over:
+``args.config``, named in messages by ``args.source``, under ``args.prog``)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,20 @@ def shown(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+def add_config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", metavar="CONFIG", help="path to the TOML configuration")
+
+
+def prog(args: argparse.Namespace) -> str:
+    """The command as the user typed it: ``sentinel``, ``flask sentinel``, ..."""
+    return str(getattr(args, "prog", "sentinel"))
+
+
+def source(args: argparse.Namespace) -> str:
+    """How messages name the configuration: the CONFIG path, or the app's setting."""
+    return str(getattr(args, "source", None) or args.config)
 
 
 def describe(exc: BaseException) -> str:

@@ -1,6 +1,10 @@
 """The ``sentinel`` command line (SPEC §8): ``sentinel check``, ``sentinel demo`` and
 ``sentinel usage`` (in `_usage`), ``sentinel peek`` and ``sentinel reset`` (in `_admin`).
 
+`app_main` and `add_app_commands` serve the same ``check``, ``peek``, ``reset`` and
+``usage`` to an app's own command line (``flask sentinel``, ``manage.py sentinel``),
+with the configuration the app hands over instead of a CONFIG file.
+
 ``check`` runs the same start-up check an adapter runs, but prints every line of it
 instead of stopping at the first problem. ``demo`` sends requests through
 `Sentinel.guard`, exactly as an adapter does, and prints each outcome as a table row:
@@ -17,7 +21,8 @@ import argparse
 import dataclasses
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -27,11 +32,14 @@ from sentinel_core.cli._console import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    add_config_argument,
     bounded_int,
     describe,
+    prog,
     redact_url,
     redis_url,
     say,
+    source,
 )
 from sentinel_core.cli._demo import run_demo
 from sentinel_core.cli._usage import add_usage_command
@@ -49,7 +57,52 @@ _BUILTIN_PLUGINS = ("sentinel.metrics", "sentinel.logging")
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``sentinel`` command; returns the exit code."""
-    args = _parser().parse_args(argv)
+    return run(_parser().parse_args(argv))
+
+
+def app_main(
+    argv: Sequence[str], *, config: Mapping[str, Any] | str, source: str, prog: str
+) -> int:
+    """Run ``check``, ``peek``, ``reset`` or ``usage`` on an app's configuration (what
+    ``flask sentinel`` hands over); returns the exit code. ``source`` names the
+    configuration in messages, ``prog`` the command."""
+    parser = argparse.ArgumentParser(prog=prog, description=_APP_DESCRIPTION)
+    add_app_commands(parser, prog=prog, config=config, source=source)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help (0) or a usage error (2): argparse has said why
+        return EXIT_OK if stop.code in (0, None) else EXIT_USAGE
+    return run(args)
+
+
+def add_app_commands(
+    parser: argparse.ArgumentParser,
+    *,
+    prog: str,
+    config: Mapping[str, Any] | str | None = None,
+    source: str | None = None,
+) -> None:
+    """Add ``check``, ``peek``, ``reset`` and ``usage`` to ``parser``, without their
+    CONFIG argument: they read ``config`` (set ``args.config`` before `run` when it
+    is only known later, as Django's settings are).
+
+    The commands' parsers are plain argparse ones whatever ``parser`` is (Django's
+    ``CommandParser`` turns a usage error into a ``CommandError`` exiting 1): a usage
+    error prints the command's usage and exits 2, as ``sentinel`` does."""
+    commands = parser.add_subparsers(
+        title="commands",
+        required=True,
+        metavar="COMMAND",
+        parser_class=argparse.ArgumentParser,
+    )
+    _add_check(commands, config_argument=False)
+    add_admin_commands(commands, config_argument=False)
+    add_usage_command(commands, config_argument=False)
+    parser.set_defaults(config=config, source=source, prog=prog)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command ``args`` were parsed for; returns the exit code."""
     command: Callable[[argparse.Namespace], int] = args.command
     try:
         return command(args)
@@ -58,30 +111,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
 
 
+_APP_DESCRIPTION = (
+    "Sentinel's operator tools on this app's configuration: check it and its Redis "
+    "server, peek at or reset an identity's buckets, read quota usage."
+)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sentinel",
         description="Tenant-aware, endpoint-aware distributed rate limiting: operator tools.",
     )
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
-    check = commands.add_parser(
-        "check",
-        help="validate a configuration and the Redis server it names",
-        description="Validate CONFIG (a TOML file with a [sentinel] table) and check its Redis "
-        "server: version, noeviction, bounded maxmemory, script load. Exit 0 when every "
-        "check passes, 1 when one fails or Redis is unreachable, 2 for a configuration error.",
-    )
-    check.add_argument("config", metavar="CONFIG", help="path to the TOML configuration")
-    check.add_argument(
-        "--redis", metavar="URL", type=redis_url, help="check this server instead of redis_url"
-    )
-    check.add_argument(
-        "--timeout-ms",
-        type=bounded_int(MAX_TIMEOUT_MS),
-        default=CHECK_TIMEOUT_MS,
-        help=f"connect and read timeout per Redis call (default {CHECK_TIMEOUT_MS})",
-    )
-    check.set_defaults(command=run_check)
+    _add_check(commands, config_argument=True)
     demo = commands.add_parser(
         "demo",
         help="show bursts being limited and Redis failures being handled",
@@ -98,22 +140,45 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_check(commands: Any, *, config_argument: bool) -> None:
+    check = commands.add_parser(
+        "check",
+        help="validate a configuration and the Redis server it names",
+        description="Validate the configuration (CONFIG: a TOML file with a [sentinel] "
+        "table) and check its Redis server: version, noeviction, bounded maxmemory, script "
+        "load. Exit 0 when every check passes, 1 when one fails or Redis is unreachable, 2 "
+        "for a configuration error.",
+    )
+    if config_argument:
+        add_config_argument(check)
+    check.add_argument(
+        "--redis", metavar="URL", type=redis_url, help="check this server instead of redis_url"
+    )
+    check.add_argument(
+        "--timeout-ms",
+        type=bounded_int(MAX_TIMEOUT_MS),
+        default=CHECK_TIMEOUT_MS,
+        help=f"connect and read timeout per Redis call (default {CHECK_TIMEOUT_MS})",
+    )
+    check.set_defaults(command=run_check)
+
+
 # ---------------------------------------------------------------- sentinel check
 
 
 def run_check(args: argparse.Namespace) -> int:
     """``sentinel check``: one PASS/FAIL line per check, then a verdict."""
-    say(f"sentinel check: {args.config}")
+    say(f"{prog(args)} check: {source(args)}")
     try:
         config = load_config(args.config)
     except ConfigError as error:
         _report(Check("config", False, str(error)))
-        say(f"result: FAIL (configuration error at {error.path or args.config})")
+        say(f"result: FAIL (configuration error at {error.path or source(args)})")
         return EXIT_USAGE
     url = args.redis or config.redis_url
     config = dataclasses.replace(config, redis_url=url, socket_timeout_ms=args.timeout_ms)
-    source = "--redis" if args.redis else "redis_url"
-    _report(Check("config", True, f"{_config_summary(config)}; {source} {redact_url(url)}"))
+    origin = "--redis" if args.redis else "redis_url"
+    _report(Check("config", True, f"{_config_summary(config)}; {origin} {redact_url(url)}"))
     try:
         sentinel = Sentinel(config, registry=CollectorRegistry())
     except Exception as exc:  # a third-party plugin failed to load: say which, then stop

@@ -19,20 +19,23 @@ from sentinel_core.cli._console import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    add_config_argument,
     describe,
+    prog,
     redact_url,
     redis_url,
     say,
     shown,
 )
-from sentinel_core.config._schema import load_config
+from sentinel_core.cli._source import admin_config
+from sentinel_core.config._limits import LEASE_OR_QUOTA
 from sentinel_core.decision._usage import Usage
-from sentinel_core.errors import ConfigError, StoreError
+from sentinel_core.errors import ConfigError, StoreError, UnknownEndpointError
 
 USAGE_TIMEOUT_MS = 2_000
 
 
-def add_usage_command(commands: Any) -> None:
+def add_usage_command(commands: Any, *, config_argument: bool = True) -> None:
     usage = commands.add_parser(
         "usage",
         help="print tenants' consumption of a quota period (billing exports)",
@@ -41,7 +44,8 @@ def add_usage_command(commands: Any) -> None:
         "policies). Exit 0 on success, 1 when the store is unreachable, 2 for a "
         "configuration error or an endpoint that is neither.",
     )
-    usage.add_argument("config", metavar="CONFIG", help="path to the TOML configuration")
+    if config_argument:
+        add_config_argument(usage)
     usage.add_argument("endpoint_id", metavar="ENDPOINT_ID")
     usage.add_argument("tenants", metavar="TENANT", nargs="+")
     usage.add_argument("--json", action="store_true", help="print one JSON document")
@@ -52,34 +56,37 @@ def add_usage_command(commands: Any) -> None:
 
 
 def run_usage(args: argparse.Namespace) -> int:
+    command = f"{prog(args)} usage"
     try:
-        config = load_config(args.config)
+        config = admin_config(args.config, args.endpoint_id)
+    except UnknownEndpointError:
+        return _not_read(command, args.endpoint_id, "no policy")
     except ConfigError as error:
-        say(f"sentinel usage: configuration error: {error}")
+        say(f"{command}: configuration error: {error}")
         return EXIT_USAGE
-    policy = config.policies.get(args.endpoint_id)
-    if policy is None or policy.algorithm not in (Algorithm.QUOTA, Algorithm.CONCURRENCY):
-        what = "no policy" if policy is None else f"a {policy.algorithm.value} policy"
-        say(
-            f"sentinel usage: {args.endpoint_id!r} is {what}; usage reads quota and "
-            "concurrency policies"
-        )
-        return EXIT_USAGE
+    policy = config.policies[args.endpoint_id]
+    if policy.algorithm not in LEASE_OR_QUOTA:
+        return _not_read(command, args.endpoint_id, f"a {policy.algorithm.value} policy")
     url = args.redis or config.redis_url
     config = dataclasses.replace(config, redis_url=url, socket_timeout_ms=USAGE_TIMEOUT_MS)
     sentinel = Sentinel(config, registry=CollectorRegistry(), entry_points=False)
     try:
         rows = [(tenant, sentinel.usage(args.endpoint_id, tenant)) for tenant in args.tenants]
     except StoreError as exc:
-        say(f"sentinel usage: cannot reach {redact_url(url)}: {describe(exc)}")
+        say(f"{command}: cannot reach {redact_url(url)}: {describe(exc)}")
         return EXIT_FAILED
     finally:
         sentinel.close()
     if args.json:
         say(json.dumps(_document(policy, rows), indent=2))
     else:
-        _print_table(policy, rows)
+        _print_table(command, policy, rows)
     return EXIT_OK
+
+
+def _not_read(command: str, endpoint_id: str, what: str) -> int:
+    say(f"{command}: {endpoint_id!r} is {what}; usage reads quota and concurrency policies")
+    return EXIT_USAGE
 
 
 def _describe(policy: Policy) -> str:
@@ -112,8 +119,8 @@ def _iso(instant: datetime | None) -> str | None:
     return None if instant is None else instant.isoformat()
 
 
-def _print_table(policy: Policy, rows: list[tuple[str, Usage]]) -> None:
-    say(f"sentinel usage: {policy.endpoint_id} ({_describe(policy)})")
+def _print_table(command: str, policy: Policy, rows: list[tuple[str, Usage]]) -> None:
+    say(f"{command}: {policy.endpoint_id} ({_describe(policy)})")
     rows = [(shown(tenant), usage) for tenant, usage in rows]
     width = max(len("tenant"), *(len(tenant) for tenant, _ in rows))
     period = "  period" if policy.calendar else ""

@@ -84,14 +84,25 @@ def load_config(
     """
     if isinstance(source, SentinelConfig):
         return source
+    return _parse(Section(read_table(source), ""))
+
+
+def read_table(source: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[str, Any]:
+    """The configuration as a mapping, not yet validated: ``source`` itself, or a TOML
+    file's ``[sentinel]`` table.
+
+    Raises:
+        ConfigError: an unreadable file, a file that is not TOML or has no table, or a
+            ``source`` that is neither a mapping nor a path.
+    """
     if isinstance(source, (str, os.PathLike)):
-        return _load_toml(Path(source))
+        return _read_toml(Path(source))
     if not isinstance(source, Mapping):
         raise ConfigError("", f"expected a mapping or a TOML path, got {type(source).__name__}")
-    return _parse(Section(source, ""))
+    return source
 
 
-def _load_toml(path: Path) -> SentinelConfig:
+def _read_toml(path: Path) -> Mapping[str, Any]:
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -103,7 +114,7 @@ def _load_toml(path: Path) -> SentinelConfig:
     table = document.get("sentinel")
     if not isinstance(table, Mapping):
         raise ConfigError("sentinel", f"{path} has no [sentinel] table")
-    return _parse(Section(table, ""))
+    return table
 
 
 def _parse(root: Section) -> SentinelConfig:

@@ -29,6 +29,7 @@ from zoneinfo import ZoneInfo
 
 from sentinel_core._models import Policy
 from sentinel_core.identity._keys import Identity
+from sentinel_core.store._reference_extra import QUOTA_RESET
 from sentinel_core.store._scripts import ScriptCall
 
 CALENDARS = ("day", "week", "month")
@@ -116,6 +117,10 @@ class Calendars:
         period's count: the script caps ``remaining`` at 0, so the policy's own limit
         would hide a count above it (a limit lowered mid-period)."""
         return self._call(policy, identity, USAGE_LIMIT, 0)
+
+    def reset_call(self, policy: Policy, identity: Identity) -> ScriptCall:
+        """A call that writes the current period's count as 0 (`Sentinel.reset`)."""
+        return self._call(policy, identity, policy.burst, QUOTA_RESET)
 
     def _call(self, policy: Policy, identity: Identity, limit: int, cost: int) -> ScriptCall:
         assert policy.calendar is not None

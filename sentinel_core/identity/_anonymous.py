@@ -26,9 +26,11 @@ import secrets
 
 from sentinel_core.config._identity import AnonymousConfig
 from sentinel_core.identity._client_address import parse_address
+from sentinel_core.identity._keys import AnonymousIdentity, anonymous_key_secret
 
 COOKIE_VERSION = "v1"
 _DEVICE_ID_BYTES = 16
+_DEVICE_ID = re.compile(r"[A-Za-z0-9_-]{22}")
 _COOKIE = re.compile(r"v1\.([A-Za-z0-9_-]{22})\.([A-Za-z0-9_-]{43})")
 """``v1.`` + 16 bytes + 32 bytes of HMAC-SHA256, base64url without padding."""
 
@@ -80,3 +82,23 @@ def client_network(client: str | None) -> str:
         network = ipaddress.IPv6Network((address, 64), strict=False)
         return f"ipv6:{network.network_address}/64"
     return f"ipv4:{address}"
+
+
+def named_identity(config: AnonymousConfig, address: str, device: str) -> AnonymousIdentity:
+    """The anonymous identity of a client an operator names (peek, reset): its IP
+    address and its device, as the device cookie's value or the bare device id.
+
+    Raises:
+        ValueError: ``address`` is not an IP address, or ``device`` is neither a
+            cookie signed with one of the accepted secrets nor a device id.
+    """
+    if parse_address(address) is None:
+        raise ValueError(f"{address!r} is not an IP address (IPv4, or IPv6 for its /64)")
+    device_id = device if _DEVICE_ID.fullmatch(device) else DeviceCookies(config).verify(device)
+    if device_id is None:
+        raise ValueError(
+            "the device is neither a device cookie signed with the configured secrets "
+            f"nor a device id (the 22 characters after {COOKIE_VERSION}. in the cookie)"
+        )
+    secret = anonymous_key_secret(config.cookie_secret, config.previous_cookie_secrets)
+    return AnonymousIdentity(device_id, client_network(address), secret)

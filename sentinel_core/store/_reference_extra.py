@@ -19,6 +19,9 @@ from sentinel_core.store._reference import ScriptReply, Write
 _QUOTA_STATE = re.compile(r"([0-9]+):([0-9]+)")
 TAKE, GIVE_BACK, COUNT = 1, 0, 2
 """The actions of the concurrency script (its ARGV[3])."""
+QUOTA_RESET = -1
+"""The cost that makes the quota script reset the period's count (an administrative
+action, `Sentinel.reset`)."""
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -95,6 +98,10 @@ def quota(
     if at is None:
         raise ResponseError(f"sentinel quota: TIME {now_us} is outside the period table")
     start, stop = boundaries[at], boundaries[at + 1]
+    if cost < 0:
+        return _reply(True, now_us, limit, stop - now_us, 0), [
+            Write(0, f"0:{start}", _ceil_div(stop - now_us, 1000))
+        ]
     count = 0
     match = _QUOTA_STATE.fullmatch(state) if state is not None else None
     if match is not None and int(match.group(2)) >= start:

@@ -2,7 +2,8 @@
 --
 -- KEYS[1]   the bucket key
 -- ARGV[1]   limit per period
--- ARGV[2]   cost of this request (0: read only, nothing is written)
+-- ARGV[2]   cost of this request (0: read only, nothing is written; -1: reset, the
+--           period's count written as 0 whatever it held: an administrative action)
 -- ARGV[3..] period boundaries, unix microseconds (UTC), ascending: the process turns
 --           the time zone's calendar (month lengths, leap days, DST) into this table,
 --           and TIME picks the period it falls in. Redis has no time zone rules; the
@@ -36,6 +37,10 @@ if not at then
                            ' is outside the period table')
 end
 local start, stop = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+if cost < 0 then
+  redis.call('SET', KEYS[1], string.format('0:%.0f', start), 'PX', ceil_div(stop - now, 1000))
+  return {1, now, limit, stop - now, 0, 1}
+end
 local count = 0
 local state = redis.call('GET', KEYS[1])
 if state then
