@@ -31,10 +31,10 @@ guarded.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from flask import Flask, Response, current_app, request
+from flask import Flask, Request, Response, current_app, request
 
 import sentinel_core
 from sentinel_core import ConfigError
@@ -53,6 +53,9 @@ class Sentinel:
         registry: the ``prometheus_client.CollectorRegistry`` of every app's metrics;
             the default registry when None.
         plugins: plugin objects registered on every app's core besides entry points.
+        identify: ``identify(request)``, the id (a str) of the user the app
+            authenticated, or None, for ``identity: "user"`` policies (Flask-Login:
+            ``current_user.get_id()`` when ``current_user.is_authenticated``).
     """
 
     def __init__(
@@ -61,9 +64,11 @@ class Sentinel:
         *,
         registry: Any = None,
         plugins: Iterable[object] = (),
+        identify: Callable[[Request], str | None] | None = None,
     ) -> None:
         self._registry = registry
         self._plugins = tuple(plugins)
+        self._identify = identify
         if app is not None:
             self.init_app(app)
 
@@ -81,7 +86,10 @@ class Sentinel:
         if EXTENSION_KEY in app.extensions:
             raise RuntimeError(f"sentinel_flask: app {app.name!r} already has a Sentinel")
         core = sentinel_core.Sentinel(
-            config_source(app), registry=self._registry, plugins=self._plugins
+            config_source(app),
+            registry=self._registry,
+            plugins=self._plugins,
+            identify=self._identify,
         )
         try:
             _check_endpoint_ids(app, core)

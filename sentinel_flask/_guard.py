@@ -17,12 +17,19 @@ from flask import Flask, Request, Response, g
 import sentinel_core
 from sentinel_core.adapter import SERVER_ERROR, Admission
 
-from ._translate import decorate_response, denial_response, request_view
+from ._translate import (
+    add_denial_headers,
+    decorate_response,
+    denial_error,
+    denial_response,
+    request_view,
+)
 
 EXTENSION_KEY = "sentinel"
 _ADMISSION = "_sentinel_admission"
 _ADMITTED = "_sentinel_admitted"
 _STATUS = "_sentinel_status"
+_DENIAL = "_sentinel_denial"
 
 
 def core_of(app: Flask) -> sentinel_core.Sentinel:
@@ -44,10 +51,21 @@ def admit_request(
     app: Flask, core: sentinel_core.Sentinel, native: Request, endpoint_ids: Sequence[str]
 ) -> Response | None:
     """Admit ``native``, the current request of ``app``, on ``endpoint_ids``: the denial
-    response, or None (the admission waits on `flask.g` for `finish_response`)."""
+    response, or None (the admission waits on `flask.g` for `finish_response`).
+
+    Raises:
+        RateLimitExceeded, RateLimiterUnavailable: a policy denied the request; Flask
+            hands it to the app's ``errorhandler(429)`` / ``(503)``, or answers the
+            exception's own SPEC §4 response.
+    """
     admission = core.admit(request_view(native), endpoint_ids)
-    if admission.denial is not None:
-        return denial_response(app, admission.denial)
+    denial = admission.denial
+    if denial is not None:
+        response = denial_response(app, denial)
+        if denial.decision is None:
+            return response  # a 401: no decision for the app to render
+        setattr(g, _DENIAL, denial)
+        raise denial_error(denial.decision, response)
     setattr(g, _ADMISSION, admission)
     setattr(g, _ADMITTED, tuple(endpoint_ids))
     return None
@@ -68,6 +86,9 @@ def finish_response(response: Response) -> Response:
     once the server closes the response."""
     admission: Admission | None = g.get(_ADMISSION)
     if admission is None:
+        denial = g.pop(_DENIAL, None)
+        if denial is not None:
+            add_denial_headers(response, denial)
         return response
     decorate_response(response, admission)
     if response.is_streamed:

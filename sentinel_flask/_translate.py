@@ -12,7 +12,9 @@ from collections.abc import Iterator, Mapping
 
 from flask import Flask, Request, Response
 from werkzeug.datastructures import Headers
+from werkzeug.exceptions import HTTPException, ServiceUnavailable, TooManyRequests
 
+from sentinel_core import Decision
 from sentinel_core.adapter import Admission, Outcome, RequestView
 
 
@@ -77,6 +79,40 @@ def denial_response(app: Flask, outcome: Outcome) -> Response:
     """A denied outcome (401, 429, 503) as ``app``'s response class; its headers carry
     the problem+json ``Content-Type``."""
     return app.response_class(outcome.body, status=outcome.status, headers=list(outcome.headers))
+
+
+class RateLimitExceeded(TooManyRequests):
+    """A 429 decided by a policy, raised so the app's ``@app.errorhandler(429)`` renders it
+    (SPEC §5); ``decision`` is the `sentinel_core.Decision`. Unhandled, it answers SPEC
+    §4's problem+json response. Whatever a handler returns gains the denial's headers."""
+
+    def __init__(self, decision: Decision, response: Response) -> None:
+        super().__init__("rate limit exceeded", response)
+        self.decision = decision
+
+
+class RateLimiterUnavailable(ServiceUnavailable):
+    """A 503 (the store failed and the policy fails closed), for ``@app.errorhandler(503)``;
+    ``decision`` is the `sentinel_core.Decision`, as on `RateLimitExceeded`."""
+
+    def __init__(self, decision: Decision, response: Response) -> None:
+        super().__init__("rate limiter unavailable", response)
+        self.decision = decision
+
+
+def denial_error(decision: Decision, response: Response) -> HTTPException:
+    """The exception that carries a policy's denial to the app's error handlers."""
+    if response.status_code == 429:
+        return RateLimitExceeded(decision, response)
+    return RateLimiterUnavailable(decision, response)
+
+
+def add_denial_headers(response: Response, outcome: Outcome) -> None:
+    """A denial's Retry-After and RateLimit fields on the response an error handler made
+    (set, not added: the unhandled denial's own response has them already)."""
+    for name, value in outcome.headers:
+        if name != "Content-Type":
+            response.headers[name] = value
 
 
 def decorate_response(response: Response, admission: Admission) -> None:

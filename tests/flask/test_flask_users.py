@@ -1,0 +1,204 @@
+"""Per-user limits from the app's own auth (a login kept in Flask's session, an API key),
+both through ``Sentinel(identify=fn)``, the anonymous fallback, and denials rendered by
+the app's ``@app.errorhandler(429)`` / ``(503)`` (SPEC §2 ``identity: "user"``, SPEC §5)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from flask import Flask, Request, jsonify, session
+from flask.testing import FlaskClient
+from prometheus_client import CollectorRegistry
+from werkzeug.exceptions import HTTPException
+
+from sentinel_core import ConfigError, DecisionReason
+from sentinel_core.testing import ratelimit_headers
+from sentinel_flask import RateLimiterUnavailable, RateLimitExceeded, Sentinel, rate_limited
+from tests.support.users import USER_POLICY, api_key_user, user_config
+
+
+def session_user(request: Request) -> str | None:
+    """What an app using Flask's session for its login would write (Flask-Login keeps
+    its user id there too: ``current_user.get_id()``)."""
+    user: str | None = session.get("user_id")
+    return user
+
+
+Identify = Callable[[Request], "str | None"]
+
+
+@pytest.fixture
+def make() -> Iterator[Callable[..., Flask]]:
+    apps: list[Flask] = []
+
+    def build(config: dict[str, Any], identify: Identify | None = session_user) -> Flask:
+        app = Flask(f"users_{len(apps)}")
+        app.config.update(TESTING=True, SECRET_KEY="flask-tests-only", SENTINEL=config)
+
+        @app.post("/login/<name>")
+        def login(name: str) -> str:
+            session["user_id"] = name
+            return "welcome"
+
+        @app.post("/logout")
+        def logout() -> str:
+            session.clear()
+            return "bye"
+
+        @app.get("/search")
+        @rate_limited(USER_POLICY)
+        def search() -> dict[str, str]:
+            return {"user": session.get("user_id", "")}
+
+        @app.get("/tenant")
+        @rate_limited("pdftalk.ingest")
+        def tenant() -> str:
+            return "ok"
+
+        Sentinel(app, registry=CollectorRegistry(), identify=identify)
+        apps.append(app)
+        return app
+
+    yield build
+    for app in apps:
+        app.extensions["sentinel"].close()
+
+
+def statuses(client: FlaskClient, times: int, **headers: str) -> list[int]:
+    return [client.get("/search", headers=headers).status_code for _ in range(times)]
+
+
+def test_a_logged_in_user_has_their_own_limit_across_sessions(
+    make: Callable[..., Flask], redis_url: str
+) -> None:
+    app = make(user_config(redis_url))
+    laptop, phone, other = app.test_client(), app.test_client(), app.test_client()
+    laptop.post("/login/alice")
+    phone.post("/login/alice")
+    other.post("/login/bob")
+
+    assert statuses(laptop, 2) == [200, 200]
+    first = phone.get("/search")
+    assert (first.status_code, first.json) == (200, {"user": "alice"})
+    assert first.headers.get("Set-Cookie") is None  # a user is no device
+    assert statuses(phone, 1) == [429]  # alice's 3, from either device
+    assert statuses(other, 1) == [200]
+
+
+def test_a_request_without_a_login_is_an_anonymous_client_never_a_401(
+    make: Callable[..., Flask], redis_url: str
+) -> None:
+    app = make(user_config(redis_url))
+    client = app.test_client()
+    first = client.get("/search")
+    assert first.status_code == 200
+    assert "sentinel_device=" in first.headers["Set-Cookie"]
+    assert statuses(client, 3) == [200, 200, 429]  # the device's 3
+    client.post("/login/carol")
+    assert statuses(client, 1) == [200]  # logged in: carol's own limit
+    client.post("/logout")
+    assert statuses(client, 1) == [429]  # logged out: the device again
+
+
+def test_an_api_key_names_the_user(make: Callable[..., Flask], redis_url: str) -> None:
+    app = make(user_config(redis_url), identify=lambda request: api_key_user(request.headers))
+    client = app.test_client()
+    assert statuses(client, 4, **{"X-API-Key": "key-of-acme-0123"}) == [200, 200, 200, 429]
+    assert statuses(client, 1, **{"X-API-Key": "key-of-globex-45"}) == [200]
+    unknown = client.get("/search", headers={"X-API-Key": "stolen"})
+    assert "sentinel_device=" in unknown.headers["Set-Cookie"]
+
+
+def test_a_user_policy_without_identify_is_refused_at_init_app(
+    make: Callable[..., Flask], redis_url: str
+) -> None:
+    with pytest.raises(ConfigError, match="identify callable"):
+        make(user_config(redis_url), identify=None)
+
+
+# --- denials rendered by the app -----------------------------------------------------------
+
+
+def test_errorhandler_429_renders_the_denial_with_its_decision_and_headers(
+    make: Callable[..., Flask], redis_url: str
+) -> None:
+    app = make(user_config(redis_url))
+    seen: list[RateLimitExceeded] = []
+
+    @app.errorhandler(429)
+    def too_many(error: RateLimitExceeded) -> Any:
+        seen.append(error)
+        return jsonify(error="slow down", retry_in=error.decision.retry_after_seconds), 429
+
+    client = app.test_client()
+    client.post("/login/dave")
+    statuses(client, 3)
+    denied = client.get("/search")
+
+    (error,) = seen
+    assert isinstance(error, HTTPException)
+    assert error.decision.reason is DecisionReason.RATE_LIMITED
+    assert error.decision.endpoint_id == USER_POLICY
+    assert denied.status_code == 429
+    assert denied.json == {"error": "slow down", "retry_in": error.decision.retry_after_seconds}
+    assert denied.headers["Content-Type"] == "application/json"
+    assert denied.headers["Retry-After"] == str(error.decision.retry_after_seconds)
+    fields = ratelimit_headers(denied.headers)
+    assert fields["state"][USER_POLICY]["r"] == 0
+    assert fields["policy"][USER_POLICY]["q"] == 3
+    assert denied.headers.getlist("RateLimit") == [denied.headers["RateLimit"]]
+
+
+def test_errorhandler_503_renders_a_store_failure_and_a_401_stays_sentinels(
+    make: Callable[..., Flask], dead_redis_url: str
+) -> None:
+    app = make(user_config(dead_redis_url))
+
+    @app.errorhandler(503)
+    def unavailable(error: RateLimiterUnavailable) -> tuple[str, int]:
+        return f"down: {error.decision.reason}", 503
+
+    @app.errorhandler(401)
+    def unauthorized(error: HTTPException) -> tuple[str, int]:
+        return "not Sentinel's", 401
+
+    client = app.test_client()
+    denied = client.get("/search")
+    refused = client.get("/tenant")
+
+    assert (denied.status_code, denied.text) == (503, "down: fail_closed")
+    assert denied.headers["Content-Type"].startswith("text/html")
+    assert refused.status_code == 401  # no decision: Sentinel's own answer
+    assert refused.headers["Content-Type"] == "application/problem+json"
+
+
+def test_a_generic_http_exception_handler_sees_sentinels_denials_too(
+    make: Callable[..., Flask], redis_url: str
+) -> None:
+    app = make(user_config(redis_url))
+
+    @app.errorhandler(HTTPException)
+    def any_error(error: HTTPException) -> tuple[dict[str, Any], int]:
+        return {"code": error.code, "name": error.name}, error.code or 500
+
+    client = app.test_client()
+    statuses(client, 3)
+    denied = client.get("/search")
+    assert (denied.status_code, denied.json) == (429, {"code": 429, "name": "Too Many Requests"})
+    assert int(denied.headers["Retry-After"]) >= 1
+
+
+def test_without_a_handler_the_denial_is_spec_4s(
+    make: Callable[..., Flask], redis_url: str
+) -> None:
+    app = make(user_config(redis_url))
+    client = app.test_client()
+    statuses(client, 3)
+    denied = client.get("/search")
+    assert denied.status_code == 429
+    assert denied.headers["Content-Type"] == "application/problem+json"
+    assert denied.json is not None
+    assert denied.json["detail"] == "rate limit exceeded"
+    assert len(denied.headers.getlist("Retry-After")) == 1
