@@ -189,9 +189,13 @@ class Sentinel:
         The JWKS keys (``jwt.jwks_url``) are fetched here too; a provider that does not
         answer only logs a warning.
 
+        With ``enabled = false`` it does nothing: the guards never contact the store.
+
         Raises:
             StartupError: Redis is reachable but unfit; the app must not start.
         """
+        if not self.config.enabled:
+            return None
         self.http.load_keys()
         try:
             return self.check()
@@ -201,6 +205,8 @@ class Sentinel:
 
     async def astartup(self) -> ServerReport | None:
         """`startup` on the asyncio store (the JWKS fetch in a worker thread)."""
+        if not self.config.enabled:
+            return None
         if self.config.jwt is not None and self.config.jwt.jwks is not None:
             await asyncio.to_thread(self.http.load_keys)
         try:

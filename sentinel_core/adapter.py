@@ -15,9 +15,23 @@ from sentinel_core.http._routes import RouteTable
 from sentinel_core.store._connect import open_async_store
 from sentinel_core.store._redis import MEMORY_URL, AsyncStore
 
+
+class _PassThrough:
+    """Contains every endpoint id and lists none."""
+
+    def __contains__(self, endpoint_id: object) -> bool:
+        return True
+
+
+PASS_THROUGH = _PassThrough()
+"""What a request counts as admitted on when ``enabled`` is false (SPEC §2): every
+endpoint id, so a decorator's "did this request pass Sentinel?" check lets it through
+although nothing was decided."""
+
 __all__ = [
     "CANCELLED",
     "MEMORY_URL",
+    "PASS_THROUGH",
     "PROBLEM_JSON",
     "SERVER_ERROR",
     "Admission",

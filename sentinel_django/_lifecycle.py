@@ -70,8 +70,10 @@ def route_ids(request: HttpRequest, decorated: Sequence[str]) -> tuple[str, ...]
 
 def admit(request: HttpRequest, endpoint_ids: Sequence[str]) -> HttpResponseBase | None:
     """Admit ``request``: the denial response, or None (the admission waits on the
-    request for `finish`)."""
+    request for `finish`). With ``enabled = false``, None at once: nothing is decided."""
     runtime = conf.runtime()
+    if not runtime.sentinel.config.enabled:
+        return None
     runtime.ensure_started()
     return _settle(
         request, endpoint_ids, runtime.sentinel.admit(request_view(request), endpoint_ids)
@@ -81,6 +83,8 @@ def admit(request: HttpRequest, endpoint_ids: Sequence[str]) -> HttpResponseBase
 async def aadmit(request: HttpRequest, endpoint_ids: Sequence[str]) -> HttpResponseBase | None:
     """`admit` for async views and the async middleware."""
     runtime = conf.runtime()
+    if not runtime.sentinel.config.enabled:
+        return None
     await runtime.aensure_started()
     admission = await runtime.sentinel.aadmit(request_view(request), endpoint_ids)
     return _settle(request, endpoint_ids, admission)

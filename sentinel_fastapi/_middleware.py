@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sentinel_core import Sentinel
-from sentinel_core.adapter import CANCELLED, SERVER_ERROR, Admission, Outcome
+from sentinel_core.adapter import CANCELLED, PASS_THROUGH, SERVER_ERROR, Admission, Outcome
 
 from ._routes import route_index
 from ._translate import (
@@ -46,9 +46,14 @@ class SentinelMiddleware:
     def __init__(self, app: ASGIApp, *, sentinel: Sentinel) -> None:
         self.app = app
         self.sentinel = sentinel
+        self.enabled = sentinel.config.enabled
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if not self.enabled:  # `enabled = false`: a pass-through, nothing decided
+            scope[ADMITTED] = PASS_THROUGH
             await self.app(scope, receive, send)
             return
         index = route_index(scope["app"], self.sentinel.route_table)

@@ -42,7 +42,14 @@ from sentinel_core import ConfigError
 from ._cli import sentinel_commands
 from ._config import config_source
 from ._decorator import all_endpoints, handler_endpoints
-from ._guard import EXTENSION_KEY, admit_request, complete, core_of, finish_response
+from ._guard import (
+    EXTENSION_KEY,
+    admit_request,
+    complete,
+    core_of,
+    finish_response,
+    pass_through,
+)
 
 
 class Sentinel:
@@ -100,8 +107,8 @@ class Sentinel:
         app.extensions[EXTENSION_KEY] = core
         if _has_views(app):
             validate_app(app)
-        hooks = _AppHooks()
-        app.before_request(hooks.before_request)
+        # `enabled = false`: a pass-through that decides nothing (no per-request check).
+        app.before_request(_AppHooks().before_request if core.config.enabled else pass_through)
         app.after_request(finish_response)
         app.teardown_request(complete)
         app.cli.add_command(sentinel_commands())

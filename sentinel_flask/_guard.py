@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from flask import Flask, Request, Response, g
 
 import sentinel_core
-from sentinel_core.adapter import SERVER_ERROR, Admission
+from sentinel_core.adapter import PASS_THROUGH, SERVER_ERROR, Admission
 
 from ._translate import (
     add_denial_headers,
@@ -69,6 +69,12 @@ def admit_request(
     setattr(g, _ADMISSION, admission)
     setattr(g, _ADMITTED, tuple(endpoint_ids))
     return None
+
+
+def pass_through() -> None:
+    """``before_request`` of an app whose Sentinel has ``enabled = false``: the request
+    counts as admitted on every id, and nothing is decided."""
+    setattr(g, _ADMITTED, PASS_THROUGH)
 
 
 def require_admitted(endpoint_id: str) -> None:

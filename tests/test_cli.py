@@ -150,6 +150,31 @@ def test_check_says_clearly_when_redis_is_unreachable(
     assert "result: FAIL (Redis unreachable)" in out
 
 
+def test_check_says_limiting_is_off_and_leaves_redis_alone(
+    capsys: pytest.CaptureFixture[str], write_config: WriteConfig
+) -> None:
+    code, out = run(capsys, "check", write_config(dead_url(), "enabled = false"))
+
+    assert code == 0
+    assert "off   limiting" in out
+    assert "every guard passes requests through" in out
+    assert "redis" not in status_lines(out)
+    assert out.rstrip().endswith("result: PASS (limiting is off; Redis not contacted)")
+
+
+def test_check_with_limiting_off_still_checks_the_redis_it_is_given(
+    capsys: pytest.CaptureFixture[str], write_config: WriteConfig, redis_url: str
+) -> None:
+    config = write_config(dead_url(), "enabled = false")
+
+    code, out = run(capsys, "check", config, "--redis", redis_url)
+
+    assert code == 0
+    assert "off   limiting" in out
+    assert status_lines(out)["script quota"] == "PASS"
+    assert out.rstrip().endswith("result: PASS")
+
+
 def test_check_never_prints_a_redis_password(
     capsys: pytest.CaptureFixture[str], write_config: WriteConfig
 ) -> None:

@@ -118,6 +118,7 @@ def test_spec_example_loads_with_documented_defaults() -> None:
     assert ingest.identity is IdentityKind.TENANT
     tailor = config.policies["resumint.tailor"]
     assert (tailor.burst, tailor.fallback_rate) == (20, Rate(2, 1))
+    assert config.enabled is True
     assert config.policies["auth.login"].burst == 5  # burst defaults to the rate's count
     assert config.policies["auth.login"].identity is IdentityKind.ANONYMOUS
     assert dict(config.routes) == {"POST /v1/ingest": "pdftalk.ingest"}
@@ -339,6 +340,7 @@ def test_non_integer_where_an_integer_is_expected_is_refused(
         (policy_config(shadow="yes"), f"{POLICY_PATH}.shadow"),
         (policy_config(shadow=1), f"{POLICY_PATH}.shadow"),
         (make_config(require_noeviction=0), "require_noeviction"),
+        (make_config(enabled="false"), "enabled"),
         (make_config(headers={"ratelimit": "true"}), "headers.ratelimit"),
     ],
 )

@@ -186,6 +186,14 @@ def run_check(args: argparse.Namespace) -> int:
         say("result: FAIL")
         return EXIT_FAILED
     _report(Check("plugins", True, _plugin_summary(sentinel)))
+    if not config.enabled:
+        say(
+            f"  {'off':<4}  {'limiting':<22}  enabled is false: every guard passes requests through"
+        )
+        if not args.redis:  # the guards never contact it; --redis asks for it anyway
+            sentinel.close()
+            say("result: PASS (limiting is off; Redis not contacted)")
+            return EXIT_OK
     try:
         report = sentinel.store.check(config.require_noeviction)
     except StoreError as exc:

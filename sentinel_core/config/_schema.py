@@ -72,6 +72,8 @@ class SentinelConfig:
     """How long at most a process answers a bucket's denials itself (SPEC §3); 0: never."""
     exempt: ExemptConfig = field(default_factory=ExemptConfig)
     trusted_proxies: tuple[Network, ...] = ()
+    enabled: bool = True
+    """False: every guard passes requests through, never contacting the store (SPEC §2)."""
 
 
 def load_config(
@@ -118,6 +120,7 @@ def _read_toml(path: Path) -> Mapping[str, Any]:
 
 
 def _parse(root: Section) -> SentinelConfig:
+    enabled = root.boolean("enabled", True)
     redis_url = root.text("redis_url", required=True)
     assert redis_url is not None
     resolve(redis_url, root.path("redis_url"))
@@ -158,6 +161,7 @@ def _parse(root: Section) -> SentinelConfig:
         local_denials_ms=local_denials_ms,
         exempt=exempt,
         trusted_proxies=proxies,
+        enabled=enabled,
     )
 
 

@@ -3,11 +3,15 @@ testing tools (the header parser, the clock, the reset), on real responses."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator
+
+import pytest
 
 from sentinel_core.testing import SentinelClock, ratelimit_headers
 from tests.contract.conftest import Build
 from tests.contract.test_contract import AUTH, contract_config
+from tests.support.redis_server import free_port
 
 
 def test_ratelimit_headers_reads_every_adapters_real_responses(build: Build) -> None:
@@ -73,3 +77,42 @@ def test_sentinel_reset_gives_each_test_full_limits(
     sentinel_reset()
 
     assert client.request("POST", "/decorated", headers=AUTH).status == 200
+
+
+@pytest.fixture
+def silent_server() -> Iterator[tuple[str, socket.socket]]:
+    """A ``redis_url`` whose port accepts connections that nobody answers: any
+    connection a disabled Sentinel opened would wait in its backlog."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.setblocking(False)
+        yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0", listener
+
+
+PASSED_THROUGH = [
+    *[("POST", "/decorated", AUTH)] * 4,  # "small" admits 2
+    ("POST", "/decorated", {}),  # no token: not even authenticated
+    *[("POST", "/login", {})] * 4,  # anonymous "device": no cookie either
+    *[("GET", "/routed/1", AUTH)] * 3,
+    *[("POST", "/count/401", AUTH)] * 3,
+    ("GET", "/stream", AUTH),
+]
+
+
+@pytest.mark.parametrize("redis", ["unreachable", "silent"])
+def test_enabled_false_passes_every_request_through_and_never_contacts_redis(
+    build: Build, redis: str, silent_server: tuple[str, socket.socket]
+) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0" if redis == "unreachable" else silent_server[0]
+    client = build(contract_config(url, enabled=False))
+
+    replies = [
+        client.request(method, path, headers=headers) for method, path, headers in PASSED_THROUGH
+    ]
+
+    assert [reply.status for reply in replies] == [200] * 12 + [401] * 3 + [200]
+    assert replies[-1].body == b"abc"
+    for reply in replies:
+        assert not {"ratelimit", "ratelimit-policy", "retry-after"} & set(reply.headers)
+        assert not reply.set_cookies
+    with pytest.raises(BlockingIOError):
+        silent_server[1].accept()  # no connection was ever opened

@@ -12,6 +12,7 @@ import jwt
 import pytest
 from django_harness import Configure, Http
 
+from sentinel_core.testing import ratelimit_headers
 from tests.support.adapter_config import COOKIE_SECRET, JWT_KEY, bearer
 from tests.support.redis_admin import RedisAdmin
 
@@ -27,9 +28,9 @@ def _problem(response: Any) -> dict[str, Any]:
 
 
 def _remaining(response: Any) -> int:
-    """The ``r`` parameter of the ``RateLimit`` header."""
-    params = dict(part.split("=", 1) for part in response["RateLimit"].split(";")[1:])
-    return int(params["r"])
+    """The ``r`` parameter of the ``RateLimit`` header's one member."""
+    (state,) = ratelimit_headers(response.headers)["state"].values()
+    return int(state["r"])
 
 
 def _dbsize(url: str) -> int:
