@@ -6,6 +6,16 @@ core's rule: ``@rate_limited`` ids and the ``routes`` entry together). The decor
 only checks that this happened. Completion runs in ``teardown_request`` with the final
 status (500 when the view raised and Flask propagated the exception), except for a
 streamed body, which completes when the WSGI server closes it, once it is sent.
+
+A body whose length is declared up front is not waited for, even when Werkzeug hands
+it over as an iterator: that is how every ``HTTPException``'s page reaches
+``after_request`` (``abort(401)``, ``abort(response)``, the 500 of a view that raised;
+Flask runs the exception as a WSGI app). Waiting for those to be closed would leave
+their completion to the client: Flask's test client never closes a response it is
+not asked to, so a counted 401 would never be counted and a concurrency lease would
+be held until it expired. Nor is a body passed through to the server as it is
+(``send_file``'s file): Werkzeug never runs the close callbacks of such a response, in
+any server, so its completion would never come.
 """
 
 from __future__ import annotations
@@ -97,7 +107,7 @@ def finish_response(response: Response) -> Response:
             add_denial_headers(response, denial)
         return response
     decorate_response(response, admission)
-    if response.is_streamed:
+    if response.is_streamed and response.content_length is None and not response.direct_passthrough:
         g.pop(_ADMISSION)
         response.call_on_close(lambda: admission.complete(response.status_code))
     else:

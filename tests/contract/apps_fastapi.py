@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import httpx
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, HTTPException, Response
 from fastapi.responses import StreamingResponse
 from prometheus_client import CollectorRegistry
 
@@ -65,6 +65,18 @@ def build_app(config: Mapping[str, Any]) -> FastAPI:
     @rate_limited("failures")
     async def fail() -> None:
         raise RuntimeError("the handler failed")
+
+    @app.post("/refuse")
+    @rate_limited("failures")
+    async def refuse() -> None:
+        raise HTTPException(403)
+
+    @app.get("/slot/{kind}")
+    @rate_limited("slot")
+    def slot(kind: int) -> None:
+        if kind == 1:
+            raise RuntimeError("the handler failed")
+        raise HTTPException(403)
 
     @app.get("/stream")
     async def stream() -> StreamingResponse:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from flask import Flask, Response, stream_with_context
+from flask import Flask, Response, abort, stream_with_context
 from prometheus_client import CollectorRegistry
 
 from sentinel_core import SentinelError
@@ -55,6 +55,18 @@ def build_app(config: Mapping[str, Any]) -> Flask:
     @rate_limited("failures")
     def fail() -> None:
         raise RuntimeError("the handler failed")
+
+    @app.post("/refuse")
+    @rate_limited("failures")
+    def refuse() -> None:
+        abort(403)
+
+    @app.get("/slot/<int:kind>")
+    @rate_limited("slot")
+    def slot(kind: int) -> None:
+        if kind == 1:
+            raise RuntimeError("the handler failed")
+        abort(403)
 
     @app.get("/stream")
     def stream() -> Response:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.urls import path
 
@@ -49,6 +50,18 @@ def fail(request: HttpRequest) -> HttpResponse:
     raise RuntimeError("the handler failed")
 
 
+@rate_limited("failures")
+def refuse(request: HttpRequest) -> HttpResponse:
+    raise PermissionDenied
+
+
+@rate_limited("slot")
+def slot(request: HttpRequest, kind: int) -> HttpResponse:
+    if kind == 1:
+        raise RuntimeError("the handler failed")
+    raise PermissionDenied
+
+
 def stream(request: HttpRequest) -> StreamingHttpResponse:
     def chunks() -> Iterator[bytes]:
         yield from (b"a", b"b", b"c")
@@ -69,6 +82,8 @@ urlpatterns = [
     path("inner/<int:status>", inner),
     path("count/<int:status>", count),
     path("raise", fail),
+    path("refuse", refuse),
+    path("slot/<int:kind>", slot),
     path("stream", stream),
     path("open", open_),
 ]

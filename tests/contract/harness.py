@@ -84,6 +84,11 @@ GET  /inner/{status}       @rate_limited("device"), answers ``status`` itself (a
                            inner guard's 401/429)
 POST /count/{status}       @rate_limited("failures"), answers ``status``
 POST /raise                @rate_limited("failures"), raises
+POST /refuse               @rate_limited("failures"), raises the framework's own HTTP
+                           exception for a 403 (Flask ``abort``, FastAPI
+                           ``HTTPException``, Django ``PermissionDenied``)
+GET  /slot/{kind}          @rate_limited("slot") (one concurrency slot): raises
+                           RuntimeError (kind 1) or the framework's 403 (kind 2)
 GET  /stream               undecorated, a streamed body of 3 chunks, for routes
 GET  /open                 never guarded
 """

@@ -42,7 +42,8 @@ POLICIES: dict[str, Any] = {
     "small": bucket(2),
     "large": bucket(5),
     "device": bucket(2, identity="anonymous", network_rate="1/minute", network_burst=20),
-    "failures": bucket(2, count=[401, "5xx"]),
+    "failures": bucket(2, count=[401, 403, "5xx"]),
+    "slot": {"algorithm": "concurrency", "limit": 1, "fail_mode": "closed"},
 }
 
 
@@ -291,6 +292,16 @@ ROWS = [
         "count: a status class, and a handler that raises counting as 500",
         [("POST", "/count/503", AUTH), ("POST", "/raise", AUTH), ("POST", "/count/200", AUTH)],
         [503, 500, 429],
+    ),
+    Row(
+        "count: the framework's own HTTP exception counts by its status",
+        _times("POST", "/refuse", 3),
+        [403, 403, 429],
+    ),
+    Row(
+        "a concurrency lease goes back whatever the handler raises",
+        [("GET", f"/slot/{kind}", AUTH) for kind in (1, 2, 1, 2)],
+        [500, 403, 500, 403],
     ),
     Row("streamed body", _times("GET", "/stream", 3), [200, 200, 429], streamed),
     Row(
