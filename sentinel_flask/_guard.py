@@ -107,7 +107,8 @@ def finish_response(response: Response) -> Response:
             add_denial_headers(response, denial)
         return response
     decorate_response(response, admission)
-    if response.is_streamed and response.content_length is None and not response.direct_passthrough:
+    whole = "Content-Length" in response.headers or response.direct_passthrough
+    if response.is_streamed and not whole:
         g.pop(_ADMISSION)
         response.call_on_close(lambda: admission.complete(response.status_code))
     else:
