@@ -5,11 +5,11 @@ INSTALLED_APPS += ["sentinel_django"]
 MIDDLEWARE += ["sentinel_django.middleware.SentinelMiddleware"]
 SENTINEL = {...}  # SPEC §2
 
-from sentinel_django import rate_limited
+from sentinel_django import exempt, rate_limited
 ```
 """
 
 from .conf import get_sentinel
-from .decorators import rate_limited
+from .decorators import exempt, rate_limited
 
-__all__ = ["get_sentinel", "rate_limited"]
+__all__ = ["exempt", "get_sentinel", "rate_limited"]

@@ -61,11 +61,14 @@ def unpaid(request: HttpRequest, endpoint_ids: Iterable[str]) -> tuple[str, ...]
     return tuple(endpoint_id for endpoint_id in endpoint_ids if endpoint_id not in admitted)
 
 
-def route_ids(request: HttpRequest, decorated: Sequence[str]) -> tuple[str, ...]:
-    """The ids the request pays for: its view's decorators' and its ``routes`` entry's."""
+def route_ids(
+    request: HttpRequest, decorated: Sequence[str], default: bool = True
+) -> tuple[str, ...]:
+    """The ids the request pays for: its view's decorators' and its ``routes`` entry's,
+    or ``routes["*"]``'s when neither names one and ``default`` allows it."""
     view = request_view(request)
     table = conf.runtime().sentinel.route_table
-    return table.charged(view.method, (view.route,), decorated)
+    return table.charged(view.method, (view.route,), decorated, default=default)
 
 
 def admit(request: HttpRequest, endpoint_ids: Sequence[str]) -> HttpResponseBase | None:

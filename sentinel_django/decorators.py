@@ -22,6 +22,8 @@ from ._translate import find_request
 
 ENDPOINTS_ATTR = "sentinel_endpoints"
 """The tuple of endpoint ids guarding a view, set on its wrapper (and on a class)."""
+EXEMPT_ATTR = "sentinel_exempt"
+"""True on a view (function or class) that ``routes["*"]`` passes by."""
 
 V = TypeVar("V")
 
@@ -46,6 +48,34 @@ def rate_limited(endpoint_id: str) -> Callable[[V], V]:
         return cast(V, _sync_view(view, endpoint_id))
 
     return decorate
+
+
+def exempt(view: V) -> V:
+    """Leave a view out of ``routes["*"]``, the default limit (SPEC §5): a health check,
+    a webhook with its own protection. On a function view (sync or async) or a
+    class-based view class (DRF's included). ``@rate_limited``, ``SentinelThrottle``
+    and ``routes`` entries naming the view still apply: only the default passes it by."""
+    setattr(view, EXEMPT_ATTR, True)
+    return view
+
+
+def takes_default(callback: Callable[..., Any]) -> bool:
+    """Whether ``routes["*"]`` may charge a routed view: not when it is ``@exempt``,
+    nor when it names its own id to ``SentinelThrottle`` (DRF's throttle guards it,
+    as a decorator would)."""
+    cls = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
+    if getattr(callback, EXEMPT_ATTR, False) or getattr(cls, EXEMPT_ATTR, False):
+        return False
+    return not _throttled_by_sentinel(cls)
+
+
+def _throttled_by_sentinel(cls: object) -> bool:
+    throttles = getattr(cls, "throttle_classes", None)
+    if not isinstance(getattr(cls, "sentinel_endpoint", None), str) or not throttles:
+        return False
+    from .throttling import SentinelThrottle  # DRF is there: the view is an APIView
+
+    return any(isinstance(t, type) and issubclass(t, SentinelThrottle) for t in throttles)
 
 
 def endpoints_of(view: object) -> tuple[str, ...]:

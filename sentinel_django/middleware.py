@@ -5,7 +5,9 @@ spelled as in ``urls.py``: ``"POST v1/items/<int:pk>"``), never on the raw URL, 
 ``/v1/items/1`` and ``/v1/items/01`` are one route. Admission runs in
 ``process_view``, the first hook where the match exists, on the ids of the ``routes``
 entry and of the view's ``@rate_limited`` decorators together (the core's rule: one
-id is charged once); the admission is completed on the way out.
+id is charged once); the admission is completed on the way out. ``routes["*"]``
+charges every other routed view (DRF's included), except ``@exempt`` ones and DRF views
+that name their own id to ``SentinelThrottle``.
 
 The middleware is sync and async capable. In async mode ``process_view`` is a
 coroutine function, so Django awaits it on the event loop with the asyncio store
@@ -21,7 +23,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase  # type: ignore[import-untyped]
 
 from ._lifecycle import aadmit, admit, afinish, enter_middleware, finish, refusal, route_ids
-from .decorators import method_endpoints
+from .decorators import method_endpoints, takes_default
 
 GetResponse = Callable[[HttpRequest], Any]
 
@@ -85,4 +87,5 @@ class SentinelMiddleware:
 def _charged(request: HttpRequest, view_func: Callable[..., Any]) -> tuple[str, ...]:
     if request.resolver_match is None:
         return ()
-    return route_ids(request, method_endpoints(view_func, request.method or "GET"))
+    method = request.method or "GET"
+    return route_ids(request, method_endpoints(view_func, method), takes_default(view_func))

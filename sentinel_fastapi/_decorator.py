@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from ._routes import ENDPOINT_ATTRIBUTE
+from ._routes import ENDPOINT_ATTRIBUTE, EXEMPT_ATTRIBUTE
 from ._translate import ADMITTED
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -77,6 +77,15 @@ def rate_limited(endpoint_id: str) -> Callable[[F], F]:
         return cast(F, guarded)
 
     return decorate
+
+
+def exempt(handler: F) -> F:
+    """Leave a path operation out of ``routes["*"]``, the default limit (SPEC §5): a
+    health check, a webhook with its own protection. Over or under ``@app.get(...)``.
+    ``@rate_limited``, ``rate_limit`` dependencies and ``routes`` entries naming the
+    operation still apply: only the default passes it by."""
+    setattr(handler, EXEMPT_ATTRIBUTE, True)
+    return handler
 
 
 def _evaluated_signature(handler: Callable[..., Any]) -> inspect.Signature:

@@ -24,6 +24,8 @@ from sentinel_core.adapter import RouteTable
 
 ENDPOINT_ATTRIBUTE = "__sentinel_endpoint_id__"
 """Where `rate_limited` and `rate_limit` record their endpoint id on their function."""
+EXEMPT_ATTRIBUTE = "__sentinel_exempt__"
+"""Where `exempt` marks a handler that ``routes["*"]`` passes by."""
 
 _STATE_KEY = "sentinel_route_index"
 
@@ -35,7 +37,8 @@ class RouteEntry:
     ``template`` is the full path template as FastAPI spells it in OpenAPI
     (``/v1/items/{id}``) and ``path`` the same with its converters (``{id:int}``);
     ``decorated`` the endpoint ids of its ``@rate_limited`` handler and its
-    ``rate_limit`` dependencies (the router's included).
+    ``rate_limit`` dependencies (the router's included); ``exempt`` whether its handler
+    is marked ``@exempt`` (``routes["*"]`` passes it by).
     """
 
     template: str
@@ -44,6 +47,7 @@ class RouteEntry:
     decorated: tuple[str, ...]
     route: BaseRoute
     matches: Callable[[Scope], tuple[Match, Scope]]
+    exempt: bool = False
 
 
 class RouteIndex:
@@ -63,7 +67,8 @@ class RouteIndex:
             path_format = getattr(context, "path_format", None) or path
             if not isinstance(path, str) or not isinstance(path_format, str):
                 continue
-            decorated = _endpoint_ids(getattr(context, "endpoint", None))
+            endpoint = getattr(context, "endpoint", None)
+            decorated = _endpoint_ids(endpoint)
             decorated += _dependency_ids(getattr(context, "dependant", None))
             entries.append(
                 RouteEntry(
@@ -73,6 +78,7 @@ class RouteIndex:
                     decorated=tuple(dict.fromkeys(decorated)),
                     route=getattr(context, "original_route", context),
                     matches=context.matches,
+                    exempt=bool(getattr(endpoint, EXEMPT_ATTRIBUTE, False)),
                 )
             )
         return cls(entries, table, len(routes))
@@ -86,7 +92,9 @@ class RouteIndex:
 
     def charged(self, entry: RouteEntry, method: str) -> tuple[str, ...]:
         """The endpoint ids a ``method`` request to ``entry`` pays for (the core's rule)."""
-        return self.table.charged(method, (entry.template, entry.path), entry.decorated)
+        return self.table.charged(
+            method, (entry.template, entry.path), entry.decorated, default=not entry.exempt
+        )
 
     def unmatched(self) -> list[str]:
         """The ``routes`` keys that name no route of the app."""

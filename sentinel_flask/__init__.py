@@ -1,8 +1,9 @@
 """Sentinel for Flask: a Flask extension (``init_app``, ``app.extensions["sentinel"]``),
-the ``@rate_limited`` view decorator and the ``routes`` middleware (SPEC §5)."""
+the ``@rate_limited`` view decorator, the ``routes`` middleware and ``@exempt``, which
+leaves a view out of the ``routes["*"]`` default (SPEC §5)."""
 
 from ._config import CONFIG_FILE_KEY, CONFIG_KEY
-from ._decorator import rate_limited
+from ._decorator import exempt, rate_limited
 from ._extension import Sentinel
 from ._guard import EXTENSION_KEY
 from ._translate import RateLimiterUnavailable, RateLimitExceeded
@@ -14,5 +15,6 @@ __all__ = [
     "RateLimitExceeded",
     "RateLimiterUnavailable",
     "Sentinel",
+    "exempt",
     "rate_limited",
 ]

@@ -20,6 +20,7 @@ from ._guard import require_admitted
 F = TypeVar("F", bound=Callable[..., Any])
 
 ENDPOINTS_ATTRIBUTE = "__sentinel_endpoints__"
+EXEMPT_ATTRIBUTE = "__sentinel_exempt__"
 
 
 def rate_limited(endpoint_id: str) -> Callable[[F], F]:
@@ -57,6 +58,31 @@ def rate_limited(endpoint_id: str) -> Callable[[F], F]:
         return cast(F, guarded)
 
     return decorate
+
+
+def exempt(view: F) -> F:
+    """Leave a view out of ``routes["*"]``, the default limit (SPEC §5): a health check,
+    a webhook with its own protection. Under or over ``@app.route``, on a view function
+    or a `MethodView` (class or method). ``@rate_limited`` and ``routes`` entries naming
+    the view still apply: only the default passes it by."""
+    setattr(view, EXEMPT_ATTRIBUTE, True)
+    return view
+
+
+def is_exempt(view_function: object, method: str) -> bool:
+    """Whether ``@exempt`` marks the view answering ``method`` (for a class-based view:
+    the class, or the method handler that answers)."""
+    if getattr(view_function, EXEMPT_ATTRIBUTE, False):
+        return True
+    view_class = getattr(view_function, "view_class", None)
+    if view_class is None:
+        return False
+    handler = getattr(view_class, method.lower(), None)
+    if handler is None and method == "HEAD":
+        handler = getattr(view_class, "get", None)
+    return bool(getattr(view_class, EXEMPT_ATTRIBUTE, False)) or bool(
+        getattr(handler, EXEMPT_ATTRIBUTE, False)
+    )
 
 
 def endpoints_of(function: object) -> tuple[str, ...]:

@@ -25,7 +25,8 @@ When things are checked:
 (``/items/<int:item_id>``, blueprint prefix included), never the raw path, and asks the
 core which endpoint ids the request pays for (HEAD falling back to GET, a decorator and
 a ``routes`` entry naming one id charged once). Routing failures (404, 405) are not
-guarded.
+guarded. ``routes["*"]`` charges every other route, except ``@exempt`` views and
+Flask's own ``static`` endpoint (as Flask-Limiter's ``default_limits`` do).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from sentinel_core import ConfigError
 
 from ._cli import sentinel_commands
 from ._config import config_source
-from ._decorator import all_endpoints, handler_endpoints
+from ._decorator import all_endpoints, handler_endpoints, is_exempt
 from ._guard import (
     EXTENSION_KEY,
     admit_request,
@@ -178,9 +179,11 @@ class _AppHooks:
             return None
         app = current_app._get_current_object()  # type: ignore[attr-defined]
         method = native.method
-        decorated = handler_endpoints(app.view_functions.get(rule.endpoint), method)
+        view = app.view_functions.get(rule.endpoint)
+        decorated = handler_endpoints(view, method)
         core = core_of(app)
-        endpoint_ids = core.route_table.charged(method, (rule.rule,), decorated)
+        default = rule.endpoint != "static" and not is_exempt(view, method)
+        endpoint_ids = core.route_table.charged(method, (rule.rule,), decorated, default=default)
         return admit_request(app, core, native, endpoint_ids) if endpoint_ids else None
 
     def _validate_once(self) -> None:

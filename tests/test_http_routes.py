@@ -85,3 +85,27 @@ def test_unmatched_lists_the_keys_no_route_answers_in_configuration_order() -> N
 
     assert unmatched == ["DELETE /g", "POST /x"]
     assert dict(table.items())["POST /b"] == "a"
+
+
+# -- routes["*"], the default (SPEC §5, issue 27) ---------------------------------------
+
+
+def test_the_default_charges_a_route_nothing_else_names() -> None:
+    table = RouteTable(load_config(config({"*": "a", "POST /x": "b"})).routes)
+    assert table.default == "a"
+    assert table.charged("GET", ["/anything"]) == ("a",)
+    assert table.charged("POST", ["/x"]) == ("b",)  # its own entry only
+    assert table.charged("GET", ["/y"], ["b"]) == ("b",)  # a decorated route: its own ids
+    assert table.charged("GET", ["/y"], default=False) == ()  # @exempt
+    assert table.charged("GET", [None]) == ()  # routing failed: not a route of the app
+    assert table.unmatched([("/x", {"POST"})]) == []  # "*" is not a route to match
+
+
+def test_the_default_key_is_spelled_star_and_names_a_policy() -> None:
+    assert parse_route_key(" * ") == "*"
+    assert bool(RouteTable({"*": "a"}))
+    assert not RouteTable({})
+    with pytest.raises(ConfigError, match=r"routes\.\*: unknown endpoint id 'nope'"):
+        load_config(config({"*": "nope"}))
+    with pytest.raises(ConfigError, match=r'or "\*" \(the default\)'):
+        load_config(config({"GET": "a"}))

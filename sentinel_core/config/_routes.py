@@ -1,11 +1,15 @@
 """How a ``routes`` key is spelled (SPEC §2): ``"METHOD /template"``, the leading ``/``
-optional in the configuration. `route_key` is the only spelling rule; the loader uses
-it to refuse two keys naming one route, and `http._routes.RouteTable` to match requests.
+optional in the configuration, or `DEFAULT_ROUTE` (``"*"``, SPEC §5: every route no
+other entry and no decorator guards). `route_key` is the only spelling rule; the loader
+uses it to refuse two keys naming one route, and `http._routes.RouteTable` to match
+requests.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+
+DEFAULT_ROUTE = "*"
 
 
 def route_key(method: str, template: str) -> str:
@@ -15,8 +19,10 @@ def route_key(method: str, template: str) -> str:
 
 
 def parse_route_key(key: object) -> str | None:
-    """The canonical form of a configured ``routes`` key, None when it is not
-    ``"METHOD template"`` (a method of letters, then a template)."""
+    """The canonical form of a configured ``routes`` key, None when it is neither
+    ``"METHOD template"`` (a method of letters, then a template) nor `DEFAULT_ROUTE`."""
+    if isinstance(key, str) and key.strip() == DEFAULT_ROUTE:
+        return DEFAULT_ROUTE
     parts = key.split(None, 1) if isinstance(key, str) else []
     if len(parts) != 2 or not parts[0].isalpha():
         return None

@@ -360,7 +360,9 @@ def _parse_routes(section: Section, policies: Mapping[str, Policy]) -> dict[str,
         endpoint_id = section.raw(key)
         canonical = parse_route_key(key)
         if canonical is None:
-            raise ConfigError(path, 'expected "METHOD template", e.g. "POST /v1/ingest"')
+            raise ConfigError(
+                path, 'expected "METHOD template", e.g. "POST /v1/ingest", or "*" (the default)'
+            )
         if not isinstance(endpoint_id, str) or endpoint_id not in policies:
             raise ConfigError(path, f"unknown endpoint id {endpoint_id!r}: no policy declares it")
         if canonical in routes:

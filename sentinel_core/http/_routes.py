@@ -7,6 +7,11 @@ same id charge it once, different ids both apply. ``HEAD`` falls back to the ``G
 entry, since every framework answers HEAD with the GET handler (otherwise HEAD would
 be a way around the limit). How a ``routes`` key is spelled is the configuration's
 rule (`config._routes.route_key`), which the loader also refuses duplicate keys with.
+
+``routes["*"]`` (SPEC §5) is the default: a route of the app that no other entry and
+no decorator guards is charged to it, unless its view opts out (the adapters'
+``@exempt``, passed here as ``default=False``). A decorated route pays for its own ids
+only; a request that matched no route of the app (a 404) pays for nothing.
 """
 
 from __future__ import annotations
@@ -14,20 +19,24 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from types import MappingProxyType
 
-from sentinel_core.config._routes import route_key
+from sentinel_core.config._routes import DEFAULT_ROUTE, route_key
 
 
 class RouteTable:
     """The configuration's ``routes`` (canonical keys -> endpoint id), asked by the
     adapters which ids a request pays for and which entries name no route of the app."""
 
-    __slots__ = ("_routes",)
+    __slots__ = ("_routes", "default")
 
     def __init__(self, routes: Mapping[str, str]) -> None:
-        self._routes = MappingProxyType({route_key(*k.split(" ", 1)): v for k, v in routes.items()})
+        self.default = routes.get(DEFAULT_ROUTE)
+        """The endpoint id of ``routes["*"]``, if any."""
+        self._routes = MappingProxyType(
+            {route_key(*k.split(" ", 1)): v for k, v in routes.items() if k != DEFAULT_ROUTE}
+        )
 
     def __bool__(self) -> bool:
-        return bool(self._routes)
+        return bool(self._routes) or self.default is not None
 
     def endpoint_for(self, method: str, *templates: str) -> str | None:
         """The endpoint id a ``routes`` entry assigns to ``method`` on the route known
@@ -42,7 +51,12 @@ class RouteTable:
         return None
 
     def charged(
-        self, method: str, templates: Iterable[str | None], decorated: Iterable[str] = ()
+        self,
+        method: str,
+        templates: Iterable[str | None],
+        decorated: Iterable[str] = (),
+        *,
+        default: bool = True,
     ) -> tuple[str, ...]:
         """The endpoint ids one request pays for, each once, decorators' ids first.
 
@@ -51,10 +65,15 @@ class RouteTable:
             templates: the resolved route's template(s); None entries (routing failed)
                 are skipped.
             decorated: the ids the handler's decorators and dependencies name.
+            default: whether ``routes["*"]`` may apply (False for an ``@exempt`` view,
+                or one a framework idiom the core does not see guards, as DRF's
+                throttle does).
         """
         spelled = [template for template in templates if template is not None]
         route_id = self.endpoint_for(method, *spelled) if spelled else None
         ids = [*decorated, route_id] if route_id is not None else list(decorated)
+        if not ids and default and spelled and self.default is not None:
+            return (self.default,)
         return tuple(dict.fromkeys(ids))
 
     def unmatched(self, answered: Iterable[tuple[str, Collection[str] | None]]) -> list[str]:
