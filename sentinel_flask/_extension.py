@@ -17,9 +17,13 @@ When things are checked:
   method and rule of the app. Views registered *after* ``init_app`` (a factory that
   registers blueprints later) cannot be seen then, and Flask has no "app ready" signal
   since 2.3 removed ``before_first_request``; the first request, where Flask itself
-  considers setup finished, validates them, and a misconfigured app refuses to serve
-  rather than serving routes it believes guarded. Call ``sentinel.validate(app)`` at
-  the end of such a factory to fail at import time instead.
+  considers setup finished, validates them. A view naming an endpoint id it cannot be
+  guarded by (a typo, a policy removed) is logged there as an error and answers 500,
+  each time with the reason in the log, while every other route is served: one typo
+  never takes ``/health`` down with it. A ``routes`` entry that matches no route of
+  the app makes it refuse to serve, rather than serve a route it believes guarded.
+  Call ``sentinel.validate(app)`` at the end of such a factory (or run
+  ``flask sentinel check``) to fail before serving instead.
 
 ``before_request`` matches ``"METHOD rule"`` with the rule as ``app.url_map`` spells it
 (``/items/<int:item_id>``, blueprint prefix included), never the raw path, and asks the
@@ -31,6 +35,7 @@ Flask's own ``static`` endpoint (as Flask-Limiter's ``default_limits`` do).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -38,7 +43,7 @@ from typing import Any
 from flask import Flask, Request, Response, current_app, request
 
 import sentinel_core
-from sentinel_core import ConfigError
+from sentinel_core import ConfigError, SentinelError
 
 from ._cli import sentinel_commands
 from ._config import config_source
@@ -51,6 +56,8 @@ from ._guard import (
     finish_response,
     pass_through,
 )
+
+logger = logging.getLogger("sentinel")
 
 
 class Sentinel:
@@ -136,6 +143,11 @@ def validate_app(app: Flask) -> None:
     """`Sentinel.validate` for an app given explicitly (the first-request check)."""
     core = core_of(app)
     _check_endpoint_ids(app, core)
+    _check_routes(app, core)
+
+
+def _check_routes(app: Flask, core: sentinel_core.Sentinel) -> None:
+    """Every ``routes`` entry matches a method and rule of ``app``."""
     answered = [(rule.rule, rule.methods) for rule in app.url_map.iter_rules()]
     for route in core.route_table.unmatched(answered):
         raise ConfigError(
@@ -154,8 +166,31 @@ def _check_endpoint_ids(app: Flask, core: sentinel_core.Sentinel) -> None:
     for endpoint_id in core.config.routes.values():
         core.validate_endpoint(endpoint_id)
     for view_function in app.view_functions.values():
-        for endpoint_id in all_endpoints(view_function):
-            core.validate_endpoint(endpoint_id)
+        _check_view(core, view_function)
+
+
+def _check_view(core: sentinel_core.Sentinel, view_function: object) -> None:
+    for endpoint_id in all_endpoints(view_function):
+        core.validate_endpoint(endpoint_id)
+
+
+def _unguardable_views(app: Flask, core: sentinel_core.Sentinel) -> frozenset[str]:
+    """The Flask endpoints whose views name an id they cannot be guarded by, each
+    logged as an error: those views fail alone, the others are served."""
+    broken = set()
+    for endpoint, view_function in app.view_functions.items():
+        try:
+            _check_view(core, view_function)
+        except SentinelError as exc:
+            logger.error(
+                "sentinel_flask: view %r of app %r cannot be guarded (%s); it answers 500 "
+                "until that is fixed, the app's other routes are served",
+                endpoint,
+                app.name,
+                exc,
+            )
+            broken.add(endpoint)
+    return frozenset(broken)
 
 
 class _AppHooks:
@@ -166,6 +201,8 @@ class _AppHooks:
     def __init__(self) -> None:
         # Views registered after init_app are first seen here, on the first request.
         self.validated = False
+        self.unguardable: frozenset[str] = frozenset()
+        """Flask endpoints whose views name an id no policy guards: they fail alone."""
         self._lock = threading.Lock()
 
     def before_request(self) -> Response | None:
@@ -180,8 +217,10 @@ class _AppHooks:
         app = current_app._get_current_object()  # type: ignore[attr-defined]
         method = native.method
         view = app.view_functions.get(rule.endpoint)
-        decorated = handler_endpoints(view, method)
         core = core_of(app)
+        if rule.endpoint in self.unguardable:
+            _check_view(core, view)  # raises its error again: a 500, logged
+        decorated = handler_endpoints(view, method)
         default = rule.endpoint != "static" and not is_exempt(view, method)
         endpoint_ids = core.route_table.charged(method, (rule.rule,), decorated, default=default)
         return admit_request(app, core, native, endpoint_ids) if endpoint_ids else None
@@ -189,5 +228,7 @@ class _AppHooks:
     def _validate_once(self) -> None:
         with self._lock:
             if not self.validated:
-                validate_app(current_app._get_current_object())  # type: ignore[attr-defined]
+                app = current_app._get_current_object()  # type: ignore[attr-defined]
+                _check_routes(app, core_of(app))
+                self.unguardable = _unguardable_views(app, core_of(app))
                 self.validated = True

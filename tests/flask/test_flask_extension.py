@@ -171,25 +171,77 @@ def test_init_app_refuses_a_tenant_policy_without_the_jwt_section(make_app: Make
     assert caught.value.path == "jwt"
 
 
-def test_a_view_registered_after_init_app_is_validated_before_any_request_is_served(
-    make_app: MakeApp,
-) -> None:
+def test_a_view_registered_after_init_app_is_checked_by_validate(make_app: MakeApp) -> None:
     app = make_app(spec_config("memory://"))
-    sentinel = Sentinel()
 
     @app.get("/late")
     @rate_limited("auth.logn")
     def late() -> str:
         return "never"
 
-    with pytest.raises(UnknownEndpointError):
-        sentinel.validate(app)
+    with pytest.raises(UnknownEndpointError, match=r"auth\.logn"):
+        Sentinel().validate(app)
+
+
+def test_a_typo_in_a_late_view_fails_that_view_alone_loudly(
+    make_app: MakeApp, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app(spec_config("memory://"), PROPAGATE_EXCEPTIONS=False)
+
+    @app.get("/late")
+    @rate_limited("auth.logn")
+    def late() -> str:
+        return "never"
+
     client = app.test_client()
-    # Every request fails (the health check too) until the app is fixed: a misconfigured
-    # app must not serve routes it believes guarded.
-    for path in ("/health", "/late", "/health"):
-        with pytest.raises(UnknownEndpointError):
-            client.get(path)
+    with caplog.at_level(logging.ERROR):
+        statuses = [client.get(path).status_code for path in ("/health", "/late", "/health")]
+        statuses.append(tailor(client))
+
+    assert statuses == [200, 500, 200, 200]
+    named = [r for r in caplog.records if r.name == "sentinel" and "'late'" in r.getMessage()]
+    assert len(named) == 1, "reported once, at the first request"
+    assert "auth.logn" in named[0].getMessage()
+    failures = [r for r in caplog.records if r.exc_info and "/late" in r.getMessage()]
+    assert len(failures) == 1, "and each request to the view fails with its reason logged"
+    assert isinstance(failures[0].exc_info[1], UnknownEndpointError)  # type: ignore[index]
+
+
+def test_a_late_view_naming_a_tenant_policy_without_jwt_fails_alone(make_app: MakeApp) -> None:
+    config = {
+        "redis_url": "memory://",
+        "anonymous": spec_config("memory://")["anonymous"],
+        "policies": {
+            "tenant.only": {
+                "algorithm": "token_bucket",
+                "rate": "1/second",
+                "fail_mode": "open",
+                "fallback_rate": "1/second",
+            },
+            "anon": {
+                "algorithm": "token_bucket",
+                "rate": "5/second",
+                "fail_mode": "closed",
+                "identity": "anonymous",
+            },
+        },
+    }
+    app = make_app(config, views=None)
+
+    @app.get("/tenant")
+    @rate_limited("tenant.only")
+    def tenant() -> str:
+        return "never"
+
+    @app.get("/anon")
+    @rate_limited("anon")
+    def anon() -> str:
+        return "ok"
+
+    client = app.test_client()
+    with pytest.raises(ConfigError, match="jwt"):
+        client.get("/tenant")
+    assert client.get("/anon").status_code == 200
 
 
 def test_a_method_view_method_is_validated_too(make_app: MakeApp) -> None:
@@ -412,14 +464,14 @@ def test_requests_racing_the_first_validation_wait_for_it_and_validate_once(
     make_app: MakeApp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     validations: list[Flask] = []
-    validate = sentinel_flask._extension.validate_app
+    validate = sentinel_flask._extension._unguardable_views
 
-    def counted(app: Flask) -> None:
+    def counted(app: Flask, core: sentinel_core.Sentinel) -> frozenset[str]:
         validations.append(app)
-        validate(app)
+        return validate(app, core)
 
     app = make_app(spec_config("memory://"))
-    monkeypatch.setattr(sentinel_flask._extension, "validate_app", counted)
+    monkeypatch.setattr(sentinel_flask._extension, "_unguardable_views", counted)
     view = _SlowToInspect()
     app.add_url_rule("/slow", view_func=view)
     (hook,) = app.before_request_funcs[None]
