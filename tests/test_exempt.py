@@ -196,3 +196,32 @@ def test_an_exempt_network_is_matched_on_the_forwarded_client_behind_a_trusted_p
     assert (
         sentinel.guard(ENDPOINT, request_view(peer="192.0.2.11", headers=forwarded)).status == 401
     )
+
+
+@pytest.mark.parametrize(
+    "unreadable",
+    [
+        {"X-Forwarded-For": "6.6.6.6, " * 1024 + "203.0.113.66"},
+        {"Forwarded": 'for="203.0.113.66'},
+        {"Forwarded": "for=203.0.113.66", "X-Forwarded-For": "203.0.113.67"},
+    ],
+    ids=["padded", "broken", "mismatched"],
+)
+def test_an_unreadable_forwarding_header_never_makes_a_request_exempt(
+    unreadable: dict[str, str],
+) -> None:
+    """SPEC §4: a trusted proxy inside an exempt network (198.51.100.10 in the office)
+    forwards a header the client garbled: the request is limited as the proxy's
+    address, not exempt as it."""
+    sentinel = make_sentinel(config(trusted_proxies=["198.51.100.10"]))
+    proxy_itself = sentinel.guard(ENDPOINT, request_view(peer="198.51.100.10"))
+    assert_exempt(proxy_itself)
+    headers = {**token("mallory"), **unreadable}
+    outcomes = [
+        sentinel.guard(ENDPOINT, request_view(peer="198.51.100.10", headers=headers))
+        for _ in range(2)
+    ]
+    assert [outcome.status for outcome in outcomes] == [200, 429]
+    assert outcomes[0].decision is not None
+    login = sentinel.guard(LOGIN, request_view(peer="198.51.100.10", headers=unreadable))
+    assert login.decision is not None  # anonymous: the proxy's network bucket

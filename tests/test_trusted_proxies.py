@@ -8,13 +8,15 @@ same rules end to end on a real Redis; here every parsing branch is pinned.
 from __future__ import annotations
 
 import ipaddress
+import logging
+import timeit
 from collections.abc import Iterator, Mapping
 
 import pytest
 
 from sentinel_core import ConfigError, load_config
 from sentinel_core.identity._client_address import MAX_HEADER_LENGTH, ClientAddresses
-from tests.support.http import Headers
+from tests.support.http import Headers, make_sentinel
 
 pytestmark = pytest.mark.security
 
@@ -25,7 +27,7 @@ PROXY = "192.0.2.10"
 
 
 def resolve(headers: Mapping[str, str], peer: str | None = PROXY) -> str | None:
-    return PROXIES.resolve(peer, Headers(dict(headers)))
+    return PROXIES.resolve(peer, Headers(dict(headers))).address
 
 
 @pytest.mark.parametrize(
@@ -74,15 +76,105 @@ def test_x_forwarded_for_from_a_trusted_proxy(forwarded_for: str, client: str) -
         ("for=[2001:db8::1]", PROXY),  # brackets must be quoted
         (",", PROXY),
         ("for=1.2.3.4," * (MAX_HEADER_LENGTH // 10) + "for=198.51.100.1", PROXY),
+        # Quoted values are found from the left: a comma inside one splits nothing.
+        ('for=6.6.6.6;host="x, for=198.51.100.9"', "6.6.6.6"),
+        ('for=198.51.100.1;host="a,b";proto=https', "198.51.100.1"),
+        ('host="x";for="198.51.100.1"', "198.51.100.1"),
+        ("for=198.51.100.1, ;;, ;", "198.51.100.1"),  # elements of empty pairs
+        ("for=198.51.100.1;;proto=https;", "198.51.100.1"),  # empty pairs
+        ('host="x\\"y";for=198.51.100.1', "198.51.100.1"),  # an escaped quote
+        ('a=b"c", for=198.51.100.1', PROXY),  # a quote that opens no value
+        ('for="198.51.100.1\\', PROXY),  # a quoted-pair cut short: never closed
+        ('x="y"z", for=198.51.100.1', PROXY),
+        ("for=198.51.100.1\x01", PROXY),  # a control character
+        ('h="x",' * 40 + "for=198.51.100.1", PROXY),  # more quotes than 32 values
+        ("a=b;" * 16 + "for=198.51.100.1", PROXY),  # more pairs than a proxy writes
+        ("for=6.6.6.6, proto=https", PROXY),  # the walked element has no for=
     ],
 )
 def test_forwarded_from_a_trusted_proxy(forwarded: str, client: str) -> None:
     assert resolve({"Forwarded": forwarded}) == client
 
 
+@pytest.mark.parametrize(
+    ("headers", "client"),
+    [
+        ({"X-Forwarded-For": "198.51.100.1"}, ("198.51.100.1", False)),
+        ({"Forwarded": "for=198.51.100.1"}, ("198.51.100.1", False)),
+        ({}, (PROXY, False)),  # the proxy's own request: its address, readable
+        ({"X-Forwarded-For": "192.0.2.12, 192.0.2.11"}, ("192.0.2.12", False)),
+        ({"X-Forwarded-For": "6.6.6.6, " * 1024 + "198.51.100.1"}, (PROXY, True)),
+        ({"Forwarded": 'for="198.51.100.1'}, (PROXY, True)),
+        ({"Forwarded": "for=unknown"}, (PROXY, True)),
+        ({"Forwarded": "for=6.6.6.6", "X-Forwarded-For": "198.51.100.1"}, (PROXY, True)),
+        ({"X-Forwarded-For": "192.0.2.11, " * 40 + "192.0.2.12"}, (PROXY, True)),
+    ],
+)
+def test_an_unreadable_header_is_the_proxys_address_marked_unreadable(
+    headers: dict[str, str], client: tuple[str, bool]
+) -> None:
+    """SPEC §4: limited as the proxy's own address, and never exempt (`HttpLayer`
+    asks no network exemption for it); a walk crossing more than `MAX_HOPS` trusted
+    proxies is unreadable too."""
+    assert PROXIES.resolve(PROXY, Headers(headers)) == client
+
+
+NASTY_FORWARDED = {
+    "many_elements": ",".join(["for=1.2.3.4"] * 800),
+    "many_pairs": ";".join(f"a{n}=b" for n in range(1000)),
+    "empty_elements": "," * MAX_HEADER_LENGTH,
+    "empty_pairs": ";," * MAX_HEADER_LENGTH,
+    "blanks": "for=1.2.3.4" + " " * MAX_HEADER_LENGTH,
+    "blanks_then_garbage": "for=1.2.3.4;" + " ; " * 3000,
+    "long_quoted_value": 'for="' + "x" * MAX_HEADER_LENGTH,
+    "quoted_pairs": 'for="' + "\\a" * MAX_HEADER_LENGTH,
+    "quotes": '="' * MAX_HEADER_LENGTH,
+    "many_quoted_values": ";".join(f'a{n}="x"' for n in range(1000)),
+}
+
+
+@pytest.mark.parametrize("junk", NASTY_FORWARDED)
+@pytest.mark.parametrize("where", ["left", "right"])
+def test_an_8_kib_forwarded_header_costs_microseconds_not_milliseconds(
+    junk: str, where: str
+) -> None:
+    """Issue 26: 5 ms to parse an 8 KiB ``Forwarded`` header before ignoring it. The
+    client writes the left part; the right one is our proxy's (or junk, to be sure)."""
+    ours = "for=198.51.100.1"
+    room = MAX_HEADER_LENGTH - len(ours) - 2
+    text = NASTY_FORWARDED[junk][:room]
+    value = f"{text}, {ours}" if where == "left" else f"{ours}, {text}"
+    headers = Headers({"Forwarded": value})
+    proxies = ClientAddresses([ipaddress.ip_network("192.0.2.0/24")])
+    best = min(timeit.repeat(lambda: proxies.resolve(PROXY, headers), number=20, repeat=5))
+    assert best / 20 < 0.001
+
+
+def test_a_list_that_trusts_every_address_is_a_warning_when_built(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="sentinel"):
+        ClientAddresses([ipaddress.ip_network("10.0.0.0/8")])
+        assert caplog.records == []
+        make_sentinel(
+            {
+                "redis_url": "memory://",
+                "trusted_proxies": ["0.0.0.0/0", "::/0"],
+                "policies": {
+                    "a": {"algorithm": "token_bucket", "rate": "1/second", "fail_mode": "closed"}
+                },
+            }
+        )
+    assert [record.getMessage().split(",")[0] for record in caplog.records] == [
+        "trusted_proxies contains 0.0.0.0/0",
+        "trusted_proxies contains ::/0",
+    ]
+    assert "any client can write the Forwarded or X-Forwarded-For address" in caplog.text
+
+
 def test_forwarding_headers_are_never_read_without_trusted_proxies() -> None:
     headers = Headers({"X-Forwarded-For": "198.51.100.1", "Forwarded": "for=198.51.100.1"})
-    assert ClientAddresses([]).resolve(PROXY, headers) == PROXY
+    assert ClientAddresses([]).resolve(PROXY, headers) == (PROXY, False)
 
 
 @pytest.mark.parametrize("peer", ["203.0.113.5", "not-an-address", None, "::ffff:203.0.113.5"])
@@ -99,7 +191,9 @@ def test_trusted_peers_in_every_spelling(peer: str) -> None:
             ipaddress.ip_network("fe80::/64"),
         ]
     )
-    assert proxies.resolve(peer, Headers({"X-Forwarded-For": "198.51.100.1"})) == "198.51.100.1"
+    assert proxies.resolve(peer, Headers({"X-Forwarded-For": "198.51.100.1"})).address == (
+        "198.51.100.1"
+    )
 
 
 def test_no_forwarding_header_from_a_trusted_proxy_leaves_the_peer() -> None:
@@ -141,8 +235,8 @@ class MultiHeaders(Mapping[str, str]):
 
 def test_a_header_on_several_lines_is_read_whole() -> None:
     lines = [("X-Forwarded-For", "6.6.6.6"), ("x-forwarded-for", "198.51.100.1")]
-    assert PROXIES.resolve(PROXY, MultiHeaders(lines)) == "198.51.100.1"
-    assert PROXIES.resolve(PROXY, MultiHeaders([])) == PROXY
+    assert PROXIES.resolve(PROXY, MultiHeaders(lines)) == ("198.51.100.1", False)
+    assert PROXIES.resolve(PROXY, MultiHeaders([])) == (PROXY, False)
 
 
 def test_trusted_proxies_config_is_a_list_of_networks() -> None:
@@ -173,5 +267,5 @@ def test_the_memory_of_judged_hops_is_bounded() -> None:
     proxies = ClientAddresses([ipaddress.ip_network("192.0.2.0/24")])
     for n in range(5000):  # past the 4096 remembered: forgotten, then judged again
         client = f"10.{n // 256 % 256}.{n % 256}.1"
-        assert proxies.resolve(PROXY, Headers({"X-Forwarded-For": client})) == client
-    assert proxies.resolve(PROXY, Headers({"X-Forwarded-For": "10.0.0.1"})) == "10.0.0.1"
+        assert proxies.resolve(PROXY, Headers({"X-Forwarded-For": client})).address == client
+    assert proxies.resolve(PROXY, Headers({"X-Forwarded-For": "10.0.0.1"})).address == "10.0.0.1"

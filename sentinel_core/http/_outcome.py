@@ -192,8 +192,9 @@ class HttpLayer:
         A plugin's `sentinel_identify` answer comes first; then the policy's built-in
         identity. Raises nothing for anything a client can send.
         """
-        client = self._clients.resolve(request.peer, request.headers)
-        exempt = self._exemptions.by_request(request, policy, client)
+        # An unreadable forwarding header: limited as the proxy's address, never exempt.
+        client, unreadable = self._clients.resolve(request.peer, request.headers)
+        exempt = self._exemptions.by_request(request, policy, None if unreadable else client)
         if exempt is None:
             prepared = self._identify(policy, request, client)
             if not isinstance(prepared, Prepared) or not self._exemptions.by_identity(

@@ -7,7 +7,10 @@ to the left, skipping trusted proxies, and the first address that is not one is 
 client: everything to its left was written by the client and is never believed. When
 every hop is a trusted proxy, the leftmost is the client (a proxy calling us itself).
 
-A header that cannot be read falls back to the peer, never to a value the client chose:
+A header that cannot be read falls back to the peer, never to a value the client chose,
+and the request is then limited as the proxy's own address, never exempt (SPEC §4): a
+client cannot reach an exempt proxy's exemption by garbling its header. What cannot be
+read:
 
 - ``X-Forwarded-For`` has no quoting, so its hops are independent; only the hops walked
   (right of the client) must parse, and garbage a client put further left is ignored.
@@ -19,15 +22,23 @@ A header that cannot be read falls back to the peer, never to a value the client
 
 Headers sent on several lines are read in full (``getlist`` where the framework's
 mapping has it, as Starlette's and Werkzeug's do; WSGI servers join the lines).
+
+A ``Forwarded`` header costs microseconds whatever its 8 KiB hold: its quoted strings
+are found by one regular-expression pass (each opens right after ``=``), what remains
+is checked by one more, and only the walked elements are split and read.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import NamedTuple
 
 from sentinel_core.config._network import Network
+
+logger = logging.getLogger("sentinel")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -35,9 +46,27 @@ MAX_HEADER_LENGTH = 8192
 """Longer forwarding headers are unreadable: no proxy chain needs more."""
 
 _TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
-_QUOTED = r'"(?:[^"\\\x00-\x08\x0a-\x1f\x7f]|\\[\t\x20-\x7e\x80-\xff])*"'
-_PAIR = re.compile(rf"[ \t]*({_TOKEN})=({_TOKEN}|{_QUOTED})[ \t]*")
-_SEPARATOR = re.compile(r"[ \t]*([,;]|\Z)")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+"""Characters no header value carries (a tab aside): a header with one is unreadable."""
+_QUOTED = re.compile(r'="([^"\\]*(?:\\[\s\S]?[^"\\]*)*)("|\Z)')
+"""A quoted-string value (RFC 9110 §5.6.4), only right after ``=``: a scan from the left
+finds exactly the values of a well-formed header, and leaves a quote anywhere else. It
+cannot fail once ``="`` matched (an unterminated one ends at the end of the header,
+with no closing group), so a search never backtracks over a long value."""
+MAX_QUOTED = 64
+"""Quotes and backslashes a ``Forwarded`` header may carry: 32 quoted values (eight
+proxies' worth of parameters), and no proxy writes quoted-pairs."""
+_VALUE = "\x00"
+"""What each quoted value becomes in the skeleton (a control byte: never in a header)."""
+_PAIR = re.compile(rf"[ \t]*({_TOKEN})=({_TOKEN}|{_VALUE})[ \t]*")
+_ELEMENTS = re.compile(r",[ \t,;]*")
+"""Element separators with the empty elements and empty pairs that follow them
+(RFC 9110 §5.6.1, RFC 7239 §4). It starts with a literal, so a search skips along
+at C speed, and never backtracks over a run of blanks."""
+MAX_PAIRS = 16
+"""Parameters one walked ``Forwarded`` element may carry (RFC 7239 defines four)."""
+MAX_HOPS = 32
+"""Trusted proxies one walk crosses at most; a longer chain is unreadable."""
 _QUOTED_PAIR = re.compile(r"\\(.)")
 _BRACKETED = re.compile(r"\[([0-9A-Fa-f:.]+)\](?::[0-9]{1,5})?")
 _IPV4_PORT = re.compile(r"([0-9.]+):[0-9]{1,5}")
@@ -68,43 +97,66 @@ def in_networks(address: IPAddress, networks: Sequence[Network]) -> bool:
     return any(address in network for network in networks)
 
 
+class Client(NamedTuple):
+    """A request's client address, and whether it is a trusted proxy's own address
+    because that proxy's forwarding header could not be read."""
+
+    address: str | None
+    unreadable: bool = False
+    """A trusted proxy forwarded a header that could not be read: ``address`` is the
+    proxy's, the request is limited as that address and is never exempt."""
+
+
 class ClientAddresses:
-    """Resolves client addresses for one ``trusted_proxies`` list (empty: the peer)."""
+    """Resolves client addresses for one ``trusted_proxies`` list (empty: the peer).
+
+    A list that trusts every address (``0.0.0.0/0``, ``::/0``) is logged as a warning
+    when built: every client can then write the address it is limited as.
+    """
 
     def __init__(self, trusted_proxies: Sequence[Network]) -> None:
         self._trusted = tuple(trusted_proxies)
         self._verdicts: dict[str, tuple[str | None, bool]] = {}
+        for network in self._trusted:
+            if network.prefixlen == 0:
+                logger.warning(
+                    "trusted_proxies contains %s, which trusts every address: any client "
+                    "can write the Forwarded or X-Forwarded-For address it is limited as "
+                    "(and an exempt one); list only your own proxies' networks",
+                    network,
+                )
 
-    def resolve(self, peer: str | None, headers: Mapping[str, str]) -> str | None:
-        """The client address of a request from ``peer`` with ``headers``."""
+    def resolve(self, peer: str | None, headers: Mapping[str, str]) -> Client:
+        """The client of a request from ``peer`` with ``headers``."""
         if not self._trusted or peer is None or not self._judge(peer)[1]:
-            return peer
+            return Client(peer)
         forwarded = _header(headers, "forwarded")
         forwarded_for = _header(headers, "x-forwarded-for")
         if forwarded is None and forwarded_for is None:
-            return peer
+            return Client(peer)
         client = None
         if forwarded is not None:
             client = self._walk(_forwarded_nodes(forwarded))
             if client is None:
-                return peer
+                return Client(peer, unreadable=True)
         if forwarded_for is not None:
             too_long = len(forwarded_for) > MAX_HEADER_LENGTH
             hops = None if too_long else reversed(forwarded_for.split(","))
             from_forwarded_for = self._walk(hops)
             if from_forwarded_for is None or client not in (None, from_forwarded_for):
-                return peer
+                return Client(peer, unreadable=True)
             client = from_forwarded_for
-        return client
+        return Client(client)
 
     def _walk(self, hops_right_to_left: Iterable[str | None] | None) -> str | None:
         """The rightmost hop that is not a trusted proxy, the leftmost when all are, as
-        a normalised address; None when a hop on the way is unreadable."""
+        a normalised address; None when a hop on the way is unreadable, or after
+        `MAX_HOPS` trusted ones."""
         if hops_right_to_left is None:
             return None
         address = None
-        for hop in hops_right_to_left:
-            if hop is None:
+        for crossed, hop in enumerate(hops_right_to_left):
+            if hop is None or crossed > MAX_HOPS:
                 return None
             address, trusted = self._judge(hop)
             if address is None or not trusted:
@@ -148,31 +200,54 @@ def _node(text: str) -> IPAddress | None:
     return parse_address(text)
 
 
-def _forwarded_nodes(value: str) -> list[str | None] | None:
+def _forwarded_nodes(value: str) -> Iterator[str | None] | None:
     """The ``for=`` value of each element of a ``Forwarded`` header, right to left
-    (None for an element without one); None when the header does not parse."""
-    if len(value) > MAX_HEADER_LENGTH:
+    (None for an element without one, or one that does not parse), read lazily; None
+    when the header's quoting does not parse, which makes every split ambiguous."""
+    if len(value) > MAX_HEADER_LENGTH or _CONTROL.search(value):
         return None
-    nodes: list[str | None] = []
-    element: dict[str, str] = {}
-    position = 0
-    while True:
-        pair = _PAIR.match(value, position)
-        if pair is not None:
-            name, raw = pair.group(1).lower(), pair.group(2)
-            if name in element:  # RFC 7239 §4: a parameter at most once per element
-                return None
-            element[name] = _QUOTED_PAIR.sub(r"\1", raw[1:-1]) if raw[0] == '"' else raw
-            position = pair.end()
-        separator = _SEPARATOR.match(value, position)
-        if separator is None:
+    quoted: list[str] = []
+    if '"' in value:
+        if value.count('"') + value.count("\\") > MAX_QUOTED:
             return None
-        position = separator.end()
-        if separator.group(1) != ";":
-            if element:  # empty list elements are allowed and skipped (RFC 9110 §5.6.1)
-                nodes.append(element.get("for"))
-            element = {}
-        if not separator.group(1):
-            break
-    nodes.reverse()
-    return nodes if nodes else None
+        found = _QUOTED.findall(value)
+        if any(not closed for _, closed in found):
+            return None  # a value whose quote never closes
+        quoted = [_QUOTED_PAIR.sub(r"\1", text) for text, _ in found]
+        value = _QUOTED.sub("=" + _VALUE, value)
+        if '"' in value:
+            return None  # a quote that opens no value
+    return _elements_right_to_left(value, quoted)
+
+
+def _elements_right_to_left(skeleton: str, quoted: list[str]) -> Iterator[str | None]:
+    remaining = len(quoted)  # the quoted values of the elements not read yet
+    for element in reversed(_ELEMENTS.split(skeleton)):
+        found, remaining = _element(element, quoted, remaining)
+        if found is None:
+            yield None  # unreadable: the walk stops here
+        elif found:  # an element with no pair is an empty list element: skipped
+            yield found.get("for")
+
+
+def _element(element: str, quoted: list[str], remaining: int) -> tuple[dict[str, str] | None, int]:
+    """An element's parameters by lower-case name, or None when it does not parse;
+    and how many quoted values remain left of it."""
+    pairs = element.split(";")
+    if len(pairs) > MAX_PAIRS:
+        return None, remaining
+    found: dict[str, str] = {}
+    for pair in reversed(pairs):
+        if not pair.strip(" \t"):
+            continue  # an empty pair (RFC 7239 §4)
+        match = _PAIR.fullmatch(pair)
+        if match is None:
+            return None, remaining
+        name, raw = match.group(1).lower(), match.group(2)
+        if raw == _VALUE:
+            remaining -= 1
+            raw = quoted[remaining]
+        if name in found:  # RFC 7239 §4: a parameter at most once per element
+            return None, remaining
+        found[name] = raw
+    return found, remaining

@@ -13,8 +13,10 @@ from django_harness import Configure, Http
 from tests.support.adapter_config import bearer
 from tests.support.exemptions import (
     EXEMPT_NETWORK,
+    EXEMPT_PROXY,
     EXEMPT_TENANT,
     PROXY,
+    UNREADABLE_FORWARDING,
     UNTRUSTED,
     store_untouched,
     valkey,
@@ -79,6 +81,21 @@ def test_a_forwarded_exempt_network_counts_only_through_the_trusted_proxy(
     forwarded = {"X-Forwarded-For": "198.51.100.7"}
     assert_exempt(http.post(ingest, peer=PROXY, **forwarded))
     assert http.post(ingest, peer=UNTRUSTED, **forwarded).status_code == 401
+
+
+@pytest.mark.security
+@pytest.mark.parametrize("unreadable", UNREADABLE_FORWARDING)
+def test_an_unreadable_forwarding_header_never_inherits_an_exempt_proxys_exemption(
+    http: Http, configure: Configure, unreadable: str
+) -> None:
+    configure(exempt=EXEMPT_PROXY, trusted_proxies=[f"{PROXY}/32"])
+    ingest = f"{http.prefix}/ingest"
+    honest = {"Authorization": bearer("acme"), "X-Forwarded-For": "203.0.113.7"}
+    garbled = {"Authorization": bearer("mallory"), **UNREADABLE_FORWARDING[unreadable]}
+    honest_statuses = [http.post(ingest, peer=PROXY, **honest).status_code for _ in range(4)]
+    garbled_statuses = [http.post(ingest, peer=PROXY, **garbled).status_code for _ in range(8)]
+    assert honest_statuses == [200, 200, 200, 429]
+    assert garbled_statuses == [200, 200, 200] + [429] * 5  # limited, not 8 of 8
 
 
 def logins(http: Http, peer: str, forwarded_for: list[str]) -> list[int]:

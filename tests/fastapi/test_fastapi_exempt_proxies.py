@@ -12,8 +12,10 @@ from tests.fastapi.conftest import serve
 from tests.fastapi.test_fastapi_http import Decisions
 from tests.support.adapter_config import bearer
 from tests.support.exemptions import (
+    EXEMPT_PROXY,
     EXEMPT_TENANT,
     PROXY,
+    UNREADABLE_FORWARDING,
     UNTRUSTED,
     exemptions_config,
     store_untouched,
@@ -82,6 +84,38 @@ async def test_a_forwarded_exempt_network_counts_only_through_the_trusted_proxy(
 
     assert_exempt(via_proxy)
     assert spoofed.status_code == 401
+
+
+@pytest.mark.security
+@pytest.mark.parametrize("unreadable", UNREADABLE_FORWARDING)
+async def test_an_unreadable_forwarding_header_never_inherits_an_exempt_proxys_exemption(
+    make_app: MakeApp, redis_url: str, unreadable: str
+) -> None:
+    app = make_app(exemptions_config(redis_url, exempt=EXEMPT_PROXY))
+    async with serve(app, peer=(PROXY, 4000)) as http:
+        honest = [
+            (
+                await http.post(
+                    "/v1/ingest",
+                    headers={"Authorization": bearer("acme"), "X-Forwarded-For": "203.0.113.7"},
+                )
+            ).status_code
+            for _ in range(4)
+        ]
+        garbled = [
+            (
+                await http.post(
+                    "/v1/ingest",
+                    headers={
+                        "Authorization": bearer("mallory"),
+                        **UNREADABLE_FORWARDING[unreadable],
+                    },
+                )
+            ).status_code
+            for _ in range(8)
+        ]
+    assert honest == [200, 200, 200, 429]
+    assert garbled == [200, 200, 200] + [429] * 5  # limited, not 8 of 8
 
 
 async def logins(http: httpx.AsyncClient, forwarded_for: list[str]) -> list[int]:

@@ -11,8 +11,10 @@ from flask import Flask
 from tests.flask.apps import MakeApp
 from tests.support.adapter_config import bearer
 from tests.support.exemptions import (
+    EXEMPT_PROXY,
     EXEMPT_TENANT,
     PROXY,
+    UNREADABLE_FORWARDING,
     UNTRUSTED,
     exemptions_config,
     store_untouched,
@@ -67,6 +69,20 @@ def test_a_forwarded_exempt_network_counts_only_through_the_trusted_proxy(
     forwarded = {"X-Forwarded-For": "198.51.100.7"}
     assert_exempt(post(app, "/v1/ingest", peer=PROXY, **forwarded))
     assert post(app, "/v1/ingest", peer=UNTRUSTED, **forwarded).status_code == 401
+
+
+@pytest.mark.security
+@pytest.mark.parametrize("unreadable", UNREADABLE_FORWARDING)
+def test_an_unreadable_forwarding_header_never_inherits_an_exempt_proxys_exemption(
+    make_app: MakeApp, redis_url: str, unreadable: str
+) -> None:
+    app = make_app(exemptions_config(redis_url, exempt=EXEMPT_PROXY))
+    honest = {"Authorization": bearer("acme"), "X-Forwarded-For": "203.0.113.7"}
+    garbled = {"Authorization": bearer("mallory"), **UNREADABLE_FORWARDING[unreadable]}
+    honest_statuses = [post(app, "/v1/ingest", PROXY, **honest).status_code for _ in range(4)]
+    garbled_statuses = [post(app, "/v1/ingest", PROXY, **garbled).status_code for _ in range(8)]
+    assert honest_statuses == [200, 200, 200, 429]
+    assert garbled_statuses == [200, 200, 200] + [429] * 5  # limited, not 8 of 8
 
 
 def logins(app: Flask, peer: str, forwarded_for: list[str]) -> list[int]:

@@ -19,14 +19,27 @@ UNTRUSTED = "203.0.113.99"
 """A peer nobody trusts, sending the same forwarding headers as the proxy."""
 
 
+EXEMPT_PROXY = {"tenants": [EXEMPT_TENANT], "networks": [EXEMPT_NETWORK, f"{PROXY}/32"]}
+"""An ``exempt`` section whose networks hold the trusted proxy itself (its own health
+checks, say): issue 26's bypass, where an unreadable header fell back to that address."""
+
+UNREADABLE_FORWARDING = {
+    "padded_past_8_KiB": {"X-Forwarded-For": "6.6.6.6, " * 1024 + "203.0.113.66"},
+    "broken_forwarded": {"Forwarded": 'for="203.0.113.66'},
+    "mismatched": {"Forwarded": "for=203.0.113.66", "X-Forwarded-For": "203.0.113.67"},
+}
+"""What a client makes of the headers the proxy forwards (it writes their left part)
+so that they cannot be read: they must never make the request exempt."""
+
+
 def exemptions_config(redis_url: str, **overrides: Any) -> dict[str, Any]:
     """SPEC §2's policies with an exempt tenant and network and one trusted proxy."""
-    return spec_config(
-        redis_url,
-        exempt={"tenants": [EXEMPT_TENANT], "networks": [EXEMPT_NETWORK]},
-        trusted_proxies=[f"{PROXY}/32"],
+    settings: dict[str, Any] = {
+        "exempt": {"tenants": [EXEMPT_TENANT], "networks": [EXEMPT_NETWORK]},
+        "trusted_proxies": [f"{PROXY}/32"],
         **overrides,
-    )
+    }
+    return spec_config(redis_url, **settings)
 
 
 _BACKGROUND = frozenset({"cmdstat_info", "cmdstat_replconf", "cmdstat_ping"})
