@@ -36,6 +36,7 @@ from sentinel_core.identity._anonymous import named_identity
 from sentinel_core.identity._keys import AnonymousIdentity, Identity, tenant_identity
 from sentinel_core.observability._logging import DecisionLogPlugin
 from sentinel_core.observability._metrics import MetricsPlugin
+from sentinel_core.observability._otel import OpenTelemetryPlugin
 from sentinel_core.resilience._breaker import BreakerState, CircuitBreaker
 from sentinel_core.resilience._emergency import EmergencyLimiter
 from sentinel_core.store._connect import open_async_store, open_sync_store
@@ -100,6 +101,8 @@ class Sentinel:
         metrics = MetricsPlugin(registry, self._breaker)
         self._hooks.register_builtin(metrics, "sentinel.metrics")
         self._hooks.register_builtin(DecisionLogPlugin(self._breaker, clock_ns), "sentinel.logging")
+        if self.config.opentelemetry:
+            self._hooks.register_builtin(OpenTelemetryPlugin(), "sentinel.opentelemetry")
         local_denials = LocalDenials(self.config.local_denials_ms, clock_ns=clock_ns)
         self._engine = DecisionEngine(
             self.config.policies,

@@ -74,6 +74,8 @@ class SentinelConfig:
     trusted_proxies: tuple[Network, ...] = ()
     enabled: bool = True
     """False: every guard passes requests through, never contacting the store (SPEC §2)."""
+    opentelemetry: bool = False
+    """Record decisions through OpenTelemetry's global providers too (SPEC §7)."""
 
 
 def load_config(
@@ -147,6 +149,9 @@ def _parse(root: Section) -> SentinelConfig:
     exempt_section = root.section("exempt")
     exempt = parse_exempt(exempt_section) if exempt_section is not None else ExemptConfig()
     proxies = parse_networks(root, "trusted_proxies") if root.has("trusted_proxies") else ()
+    opentelemetry = root.boolean("opentelemetry", False)
+    if opentelemetry:
+        _require_opentelemetry(root.path("opentelemetry"))
     root.finish()
     return SentinelConfig(
         redis_url=redis_url,
@@ -162,7 +167,21 @@ def _parse(root: Section) -> SentinelConfig:
         exempt=exempt,
         trusted_proxies=proxies,
         enabled=enabled,
+        opentelemetry=opentelemetry,
     )
+
+
+def _require_opentelemetry(path: str) -> None:
+    """Refuse ``opentelemetry = true`` where ``opentelemetry-api`` is not installed."""
+    try:
+        import opentelemetry.metrics
+        import opentelemetry.trace  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            path,
+            "needs opentelemetry-api, which is not installed: install the extra "
+            "(pip install 'sentinel-ratelimit[otel]')",
+        ) from None
 
 
 def _parse_breaker(section: Section) -> BreakerConfig:
