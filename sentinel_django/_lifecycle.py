@@ -17,10 +17,10 @@ from django.http import (  # type: ignore[import-untyped]
     StreamingHttpResponse,
 )
 
-from sentinel_core.adapter import CANCELLED, SERVER_ERROR, Admission
+from sentinel_core.adapter import CANCELLED, SERVER_ERROR, Admission, Outcome
 
 from . import conf
-from ._translate import decorate, denial, request_view
+from ._translate import arendered_denial, decorate, rendered_denial, request_view
 from .request_log import mark_denied
 
 _ADMITTED = "_sentinel_admitted"
@@ -78,9 +78,9 @@ def admit(request: HttpRequest, endpoint_ids: Sequence[str]) -> HttpResponseBase
     if not runtime.sentinel.config.enabled:
         return None
     runtime.ensure_started()
-    return _settle(
-        request, endpoint_ids, runtime.sentinel.admit(request_view(request), endpoint_ids)
-    )
+    admission = runtime.sentinel.admit(request_view(request), endpoint_ids)
+    denied = _settle(request, endpoint_ids, admission)
+    return None if denied is None else rendered_denial(runtime.denial_view, request, denied)
 
 
 async def aadmit(request: HttpRequest, endpoint_ids: Sequence[str]) -> HttpResponseBase | None:
@@ -89,8 +89,12 @@ async def aadmit(request: HttpRequest, endpoint_ids: Sequence[str]) -> HttpRespo
     if not runtime.sentinel.config.enabled:
         return None
     await runtime.aensure_started()
+    await runtime.aidentify(request, endpoint_ids)
     admission = await runtime.sentinel.aadmit(request_view(request), endpoint_ids)
-    return _settle(request, endpoint_ids, admission)
+    denied = _settle(request, endpoint_ids, admission)
+    if denied is None:
+        return None
+    return await arendered_denial(runtime.denial_view, request, denied)
 
 
 def finish(request: HttpRequest, response: HttpResponseBase) -> None:
@@ -180,10 +184,11 @@ async def aserve(
 
 def _settle(
     request: HttpRequest, endpoint_ids: Sequence[str], admission: Admission
-) -> HttpResponseBase | None:
+) -> Outcome | None:
+    """The admission's denial, or None once the request is recorded as admitted."""
     if admission.denial is not None:
         mark_denied(request, admission.denial)
-        return denial(admission.denial)
+        return admission.denial
     setattr(request, _ADMITTED, (*getattr(request, _ADMITTED, ()), *endpoint_ids))
     setattr(request, _ADMISSIONS, [*getattr(request, _ADMISSIONS, []), admission])
     return None

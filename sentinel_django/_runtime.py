@@ -13,10 +13,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from sentinel_core import Sentinel, StartupError
+from asgiref.sync import sync_to_async
+
+from sentinel_core import IdentityKind, Sentinel, StartupError
 from sentinel_core.adapter import MEMORY_URL, AsyncStore, open_async_store
 
 from . import _loops
+from ._translate import django_user
 
 
 class DjangoSentinel(Sentinel):
@@ -35,6 +38,9 @@ class DjangoSentinel(Sentinel):
         return _loops.store_for(url, timeout, lambda: open_async_store(url, timeout))
 
 
+_USER = "_sentinel_user"
+"""On a request: ``(user id or None,)`` as `Runtime.aidentify` found it."""
+
 RECHECK_SECONDS = 5.0
 """How long an unfit Redis's start-up error is answered before the check runs again."""
 
@@ -49,8 +55,20 @@ class Runtime:
         registry: Any = None,
         plugins: Iterable[object] = (),
         clock: Callable[[], float] = time.monotonic,
+        identify: Callable[[Any], str | None] | None = None,
+        denial_view: Callable[..., Any] | None = None,
     ) -> None:
-        self.sentinel = DjangoSentinel(config, registry=registry, plugins=plugins)
+        self.identify = identify or django_user
+        self.sentinel = DjangoSentinel(
+            config, registry=registry, plugins=plugins, identify=self._user_of
+        )
+        self.denial_view = denial_view
+        """``SENTINEL["denial_view"]``: renders a denial in the app's own way, if set."""
+        self._user_policies = frozenset(
+            endpoint_id
+            for endpoint_id, policy in self.sentinel.config.policies.items()
+            if policy.identity is IdentityKind.USER
+        )
         self.clock = clock
         self._lock = threading.Lock()
         self._started = False
@@ -84,6 +102,18 @@ class Runtime:
         so concurrent first requests on any loop wait for one check, never block a loop."""
         if not self._started:
             await asyncio.to_thread(self.ensure_started)
+
+    def _user_of(self, request: Any) -> str | None:
+        """The request's user: found ahead on the event loop (`aidentify`), or now."""
+        found: tuple[str | None] | None = getattr(request, _USER, None)
+        return self.identify(request) if found is None else found[0]
+
+    async def aidentify(self, request: Any, endpoint_ids: Iterable[str]) -> None:
+        """Name the user ahead of an admission on the event loop, when a user policy is
+        among ``endpoint_ids``: ``identify`` (``request.user`` by default) may query the
+        database, which Django allows in a thread only."""
+        if not self._user_policies.isdisjoint(endpoint_ids):
+            setattr(request, _USER, (await sync_to_async(self.identify)(request),))
 
     def close(self) -> None:
         """Release the blocking store's connections (the loop stores close with their loops)."""

@@ -7,9 +7,10 @@ middleware alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBase  # type: ignore[import-untyped]
 from django.http.request import HttpHeaders  # type: ignore[import-untyped]
 
@@ -59,6 +60,16 @@ def request_view(request: HttpRequest) -> RequestView:
     )
 
 
+def django_user(request: HttpRequest) -> str | None:
+    """The default ``identify``: the primary key of ``request.user`` when authenticated
+    (Django's ``AuthenticationMiddleware``; Django REST framework's authentication sets
+    it on the Django request as well, before its throttles run)."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return None
+    return str(user.pk)
+
+
 def find_request(args: tuple[Any, ...]) -> HttpRequest:
     """The `HttpRequest` among a view's positional arguments.
 
@@ -81,6 +92,42 @@ def denial(outcome: Outcome) -> HttpResponse:
     response = HttpResponse(outcome.body, status=outcome.status, content_type=outcome.media_type)
     for name, value in outcome.headers:
         if name.lower() != "content-type":
+            response[name] = value
+    return response
+
+
+def rendered_denial(
+    view: Callable[..., Any] | None, request: HttpRequest, outcome: Outcome
+) -> HttpResponseBase:
+    """A denial as ``SENTINEL["denial_view"]`` renders it (a sync view; an async one
+    through ``async_to_sync``), with the denial's headers; SPEC §4's response without a
+    view, and for a refusal without a decision (a 401)."""
+    if view is None or outcome.decision is None:
+        return denial(outcome)
+    if iscoroutinefunction(view):
+        view = async_to_sync(view)
+    return with_denial_headers(view(request, outcome.decision), outcome)
+
+
+async def arendered_denial(
+    view: Callable[..., Any] | None, request: HttpRequest, outcome: Outcome
+) -> HttpResponseBase:
+    """`rendered_denial` on the event loop: an async view awaited, a sync one in a thread."""
+    if view is None or outcome.decision is None:
+        return denial(outcome)
+    if not iscoroutinefunction(view):
+        view = sync_to_async(view)
+    return with_denial_headers(await view(request, outcome.decision), outcome)
+
+
+def with_denial_headers(response: object, outcome: Outcome) -> HttpResponseBase:
+    """The denial view's response with the denial's Retry-After and RateLimit fields."""
+    if not isinstance(response, HttpResponseBase):
+        raise TypeError(
+            f"SENTINEL['denial_view'] returned {type(response).__name__}, not an HttpResponse"
+        )
+    for name, value in outcome.headers:
+        if name != "Content-Type":
             response[name] = value
     return response
 

@@ -2,7 +2,8 @@
 
 =================  =================================================================
 ``sentinel.E001``  ``settings.SENTINEL`` is missing or invalid (the message names the
-                   key path), or an endpoint cannot be guarded over HTTP as configured
+                   key path), its ``identify`` or ``denial_view`` does not import, or
+                   an endpoint cannot be guarded over HTTP as configured
 ``sentinel.E002``  an endpoint id used by ``@rate_limited`` (on a routed view) or by
                    ``routes`` that no policy declares
 ``sentinel.E003``  deploy: Redis is reachable but unfit (eviction policy, maxmemory,
@@ -70,6 +71,10 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
         if error.path not in unknown:  # the loader stops at the first: an E002 or E005
             messages.append(_config_error(error))
         return messages
+    try:
+        conf.view_hooks()
+    except ImproperlyConfigured as error:
+        messages.append(Error(str(error), id="sentinel.E001"))
     if config.redis_url.startswith(MEMORY_URL) and not settings.DEBUG:
         messages.append(
             CheckWarning(

@@ -10,7 +10,7 @@ servers per test.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.conf import settings  # type: ignore[import-untyped]
@@ -29,6 +29,15 @@ REGISTRY_SETTING = "SENTINEL_METRICS_REGISTRY"
 PLUGINS_SETTING = "SENTINEL_PLUGINS"
 """Plugin objects (or their dotted paths) registered besides the entry-point plugins."""
 _SETTINGS = frozenset({SETTING, REGISTRY_SETTING, PLUGINS_SETTING})
+IDENTIFY_KEY = "identify"
+"""``SENTINEL["identify"]``: the dotted path of ``identify(request)``, the id of the user
+the app authenticated for ``identity: "user"`` policies (default: ``request.user``'s
+primary key when authenticated)."""
+DENIAL_VIEW_KEY = "denial_view"
+"""``SENTINEL["denial_view"]``: the dotted path of ``view(request, decision)``, which
+renders a 429 or 503 in the app's own way (SPEC §5)."""
+_ADAPTER_KEYS = frozenset({IDENTIFY_KEY, DENIAL_VIEW_KEY})
+"""Keys of ``settings.SENTINEL`` that this adapter reads, not the core."""
 
 
 _lock = threading.Lock()
@@ -65,7 +74,24 @@ def load_settings() -> Mapping[str, Any]:
         raise ConfigError("", "missing setting: a dict with redis_url and policies")
     if not isinstance(value, Mapping):
         raise ConfigError("", f"expected a dict, got {type(value).__name__}")
-    return value
+    return {key: item for key, item in value.items() if key not in _ADAPTER_KEYS}
+
+
+def view_hooks() -> tuple[Callable[..., Any] | None, Callable[..., Any] | None]:
+    """``(identify, denial_view)`` from ``settings.SENTINEL``, imported (None when unset).
+
+    Raises:
+        ImproperlyConfigured: a dotted path that does not import, or not a callable.
+    """
+    value = getattr(settings, SETTING, None)
+    found = value if isinstance(value, Mapping) else {}
+    hooks = []
+    for key in (IDENTIFY_KEY, DENIAL_VIEW_KEY):
+        hook = _imported(f"{SETTING}.{key}", found.get(key))
+        if hook is not None and not callable(hook):
+            raise ImproperlyConfigured(f"settings.{SETTING}.{key}: expected a callable")
+        hooks.append(hook)
+    return hooks[0], hooks[1]
 
 
 def _build() -> Runtime:
@@ -81,8 +107,15 @@ def _build() -> Runtime:
                 _imported(PLUGINS_SETTING, plugin)
                 for plugin in getattr(settings, PLUGINS_SETTING, ())
             ]
+            identify, denial_view = view_hooks()
             try:
-                _runtime = Runtime(config, registry=registry, plugins=plugins)
+                _runtime = Runtime(
+                    config,
+                    registry=registry,
+                    plugins=plugins,
+                    identify=identify,
+                    denial_view=denial_view,
+                )
             except ConfigError as error:
                 raise ImproperlyConfigured(f"settings.{SETTING}: {error}") from error
         return _runtime

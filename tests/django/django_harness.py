@@ -71,6 +71,10 @@ class Http:
     def head(self, path: str, **kwargs: Any) -> Any:
         return self.request("HEAD", path, **kwargs)
 
+    def force_login(self, user: Any) -> None:
+        """Log ``user`` in with a session, as Django's test clients do."""
+        (self._sync if self._runner is None else self._async).force_login(user)
+
     @property
     def cookies(self) -> Any:
         return (self._sync if self._runner is None else self._async).cookies

@@ -4,8 +4,21 @@ SECRET_KEY = "django-tests-only-0123456789abcdef0123456789abcdef"
 DEBUG = False
 ALLOWED_HOSTS = ["testserver", "localhost"]
 USE_TZ = True
-DATABASES: dict[str, object] = {}
-INSTALLED_APPS = ["sentinel_django"]
+DATABASES = {
+    # Shared in-memory SQLite (Django opens SQLite with uri=True): the users of the
+    # per-user tests, seen by every thread; created by those tests only (users_db).
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": "file:sentinel-django-tests?mode=memory&cache=shared",
+    }
+}
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django.contrib.sessions",
+    "rest_framework.authtoken",
+    "sentinel_django",
+]
 MIDDLEWARE = ["sentinel_django.middleware.SentinelMiddleware"]
 ROOT_URLCONF = "djproject.urls"
 REST_FRAMEWORK = {
