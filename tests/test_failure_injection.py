@@ -32,6 +32,7 @@ from sentinel_core import (
     TenantIdentity,
 )
 from sentinel_core.errors import StoreTimeoutError, StoreUnavailableError
+from sentinel_core.store._pipelining import AutoPipeline
 from sentinel_core.store._redis import AsyncRedisStore, RedisStore, connection_options
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.tcp_proxy import TcpProxy
@@ -641,18 +642,19 @@ class ForgetfulScriptCache:
 
         client.execute_command = execute  # type: ignore[method-assign]
 
-    def ainstall(self, client: redis.asyncio.Redis) -> None:
-        real = client.execute_command
+    def ainstall(self, pipeline: AutoPipeline) -> None:
+        """The asyncio store's script calls go through its auto-pipeline."""
+        real = pipeline.execute
 
-        async def execute(*args: Any, **options: Any) -> Any:
+        async def execute(*args: Any) -> Any:
             self.sent.append(args[0])
             if args[0] == "SCRIPT LOAD":
                 return None
             if args[0] == "EVALSHA":
                 await real("SCRIPT FLUSH")
-            return await real(*args, **options)
+            return await real(*args)
 
-        client.execute_command = execute  # type: ignore[method-assign]
+        pipeline.execute = execute  # type: ignore[method-assign]
 
 
 def assert_noscript_retry(
@@ -690,7 +692,7 @@ async def test_noscript_after_the_reload_is_redis_noscript_retry_async(url: str)
     try:
         store = sentinel.async_store
         assert isinstance(store, AsyncRedisStore)
-        cache.ainstall(store.client)
+        cache.ainstall(store.pipeline)
         for endpoint in (OPEN_EP, CLOSED_EP, OPEN_EP):
             decisions.append(await sentinel.aevaluate(endpoint, "t"))
             states.append(sentinel.breaker_state)

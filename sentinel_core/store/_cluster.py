@@ -30,6 +30,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from sentinel_core.store._errors import translated
+from sentinel_core.store._pipelining import ClusterAutoPipeline
 from sentinel_core.store._protocol import (
     Check,
     ServerReport,
@@ -103,7 +104,8 @@ class ClusterStore:
 
 
 class AsyncClusterStore:
-    """A non-blocking store on `redis.asyncio.cluster.RedisCluster`."""
+    """A non-blocking store on `redis.asyncio.cluster.RedisCluster`; script calls are
+    auto-pipelined, one pipeline per node (`_pipelining`)."""
 
     def __init__(self, url: str, socket_timeout_ms: int) -> None:
         nodes = [
@@ -115,10 +117,11 @@ class AsyncClusterStore:
             retry=AsyncRetry(NoBackoff(), 0),
             **_cluster_options(socket_timeout_ms),
         )
+        self.pipeline = ClusterAutoPipeline(self.client)
 
     async def arun(self, call: ScriptCall) -> Any:
         with translated():
-            return await adrive(run_script(call), self.client.execute_command)
+            return await adrive(run_script(call), self.pipeline.execute)
 
     async def acheck(self, require_noeviction: bool) -> ServerReport:
         with translated():
@@ -130,6 +133,7 @@ class AsyncClusterStore:
             return _merge(reports)
 
     async def aclose(self) -> None:
+        await self.pipeline.aclose()
         await self.client.aclose()
 
 
@@ -155,12 +159,13 @@ class SentinelManagedStore(RedisStore):
 class AsyncSentinelManagedStore(AsyncRedisStore):
     """A non-blocking store on the primary that Redis Sentinel currently designates."""
 
-    def __init__(self, url: str, socket_timeout_ms: int) -> None:
+    def _connect(self, url: str, socket_timeout_ms: int) -> redis.asyncio.Redis:
         sentinels, service, sentinel_options, options = _sentinel_setup(url, socket_timeout_ms)
         self._sentinel = redis.asyncio.sentinel.Sentinel(sentinels, **sentinel_options)  # type: ignore[no-untyped-call]
-        self.client = self._sentinel.master_for(
+        client: redis.asyncio.Redis = self._sentinel.master_for(
             service, retry=AsyncRetry(NoBackoff(), 0), **options
         )
+        return client
 
     async def aclose(self) -> None:
         """Close the primary's connections and those to the Sentinels (discovery)."""

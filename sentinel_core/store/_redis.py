@@ -18,6 +18,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from sentinel_core.store._errors import translated
+from sentinel_core.store._pipelining import AutoPipeline
 from sentinel_core.store._protocol import (
     Check,
     ServerReport,
@@ -105,22 +106,30 @@ class RedisStore:
 
 
 class AsyncRedisStore:
-    """A non-blocking store on `redis.asyncio.Redis`, for asyncio servers (FastAPI)."""
+    """A non-blocking store on `redis.asyncio.Redis`, for asyncio servers (FastAPI).
+
+    Script calls are auto-pipelined (`_pipelining`): the decisions of one event-loop
+    turn share one write and one connection."""
 
     def __init__(self, url: str, socket_timeout_ms: int) -> None:
-        self.client = redis.asyncio.Redis.from_url(
+        self.client = self._connect(url, socket_timeout_ms)
+        self.pipeline = AutoPipeline(lambda: self.client)
+
+    def _connect(self, url: str, socket_timeout_ms: int) -> redis.asyncio.Redis:
+        return redis.asyncio.Redis.from_url(
             url, retry=AsyncRetry(NoBackoff(), 0), **connection_options(socket_timeout_ms)
         )
 
     async def arun(self, call: ScriptCall) -> Any:
         with translated():
-            return await adrive(run_script(call), self.client.execute_command)
+            return await adrive(run_script(call), self.pipeline.execute)
 
     async def acheck(self, require_noeviction: bool) -> ServerReport:
         with translated():
             return await adrive(check_server(require_noeviction), self.client.execute_command)
 
     async def aclose(self) -> None:
+        await self.pipeline.aclose()
         await self.client.aclose()
 
 
