@@ -62,13 +62,17 @@ def unpaid(request: HttpRequest, endpoint_ids: Iterable[str]) -> tuple[str, ...]
 
 
 def route_ids(
-    request: HttpRequest, decorated: Sequence[str], default: bool = True
+    request: HttpRequest, decorated: Sequence[str], default: bool = True, any_method: bool = False
 ) -> tuple[str, ...]:
     """The ids the request pays for: its view's decorators' and its ``routes`` entry's,
-    or ``routes["*"]``'s when neither names one and ``default`` allows it."""
+    or ``routes["*"]``'s when neither names one and ``default`` allows it. A view that
+    answers ``any_method`` (a function view) pays every entry of its route for a
+    method none of them names."""
     view = request_view(request)
     table = conf.runtime().sentinel.route_table
-    return table.charged(view.method, (view.route,), decorated, default=default)
+    return table.charged(
+        view.method, (view.route,), decorated, default=default, any_method=any_method
+    )
 
 
 def admit(request: HttpRequest, endpoint_ids: Sequence[str]) -> HttpResponseBase | None:

@@ -69,6 +69,13 @@ def takes_default(callback: Callable[..., Any]) -> bool:
     return not _throttled_by_sentinel(cls)
 
 
+def answers_any_method(callback: Callable[..., Any]) -> bool:
+    """Whether a routed view answers every method with one body: a function view, not
+    a class-based one (Django's ``View`` and DRF's answer 405 to a method they do not
+    define)."""
+    return getattr(callback, "view_class", None) is None and getattr(callback, "cls", None) is None
+
+
 def _throttled_by_sentinel(cls: object) -> bool:
     throttles = getattr(cls, "throttle_classes", None)
     if not isinstance(getattr(cls, "sentinel_endpoint", None), str) or not throttles:

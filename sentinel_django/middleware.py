@@ -5,9 +5,12 @@ spelled as in ``urls.py``: ``"POST v1/items/<int:pk>"``), never on the raw URL, 
 ``/v1/items/1`` and ``/v1/items/01`` are one route. Admission runs in
 ``process_view``, the first hook where the match exists, on the ids of the ``routes``
 entry and of the view's ``@rate_limited`` decorators together (the core's rule: one
-id is charged once); the admission is completed on the way out. ``routes["*"]``
-charges every other routed view (DRF's included), except ``@exempt`` ones and DRF views
-that name their own id to ``SentinelThrottle``.
+id is charged once); the admission is completed on the way out. A function view
+answers every method with one body, so a ``routes`` entry guards all of them: a
+method the route has no entry for pays every entry of that route (a class-based view
+answers only the methods it defines, 405 for the others, and keeps one entry per
+method). ``routes["*"]`` charges every other routed view (DRF's included), except
+``@exempt`` ones and DRF views that name their own id to ``SentinelThrottle``.
 
 The middleware is sync and async capable. In async mode ``process_view`` is a
 coroutine function, so Django awaits it on the event loop with the asyncio store
@@ -23,7 +26,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase  # type: ignore[import-untyped]
 
 from ._lifecycle import aadmit, admit, afinish, enter_middleware, finish, refusal, route_ids
-from .decorators import method_endpoints, takes_default
+from .decorators import answers_any_method, method_endpoints, takes_default
 
 GetResponse = Callable[[HttpRequest], Any]
 
@@ -88,4 +91,5 @@ def _charged(request: HttpRequest, view_func: Callable[..., Any]) -> tuple[str, 
     if request.resolver_match is None:
         return ()
     method = request.method or "GET"
-    return route_ids(request, method_endpoints(view_func, method), takes_default(view_func))
+    decorated = method_endpoints(view_func, method)
+    return route_ids(request, decorated, takes_default(view_func), answers_any_method(view_func))

@@ -65,6 +65,17 @@ def test_head_falls_back_to_the_get_entry_unless_it_has_its_own() -> None:
     assert RouteTable({"GET /r": "a"}).charged("POST", ["/r"]) == ()
 
 
+def test_a_view_answering_any_method_pays_every_entry_of_its_route_for_an_unnamed_one() -> None:
+    table = RouteTable({"POST /r": "a", "GET /r": "b", "post r/{id}": "a", "*": "d"})
+
+    assert table.charged("PUT", ["/r"], any_method=True) == ("a", "b")
+    assert table.charged("BREW", ["/nope", "r"], ["c"], any_method=True) == ("c", "a", "b")
+    assert table.charged("DELETE", ["/r/{id}"], any_method=True) == ("a",)
+    assert table.charged("GET", ["/r"], any_method=True) == ("b",)  # its own entry only
+    assert table.charged("PUT", ["/other"], any_method=True) == ("d",)  # no entry: the default
+    assert table.charged("PUT", ["/r"]) == ("d",)  # a view that answers 405 to PUT
+
+
 def test_a_route_spelled_two_ways_matches_either_and_a_failed_match_charges_decorators_only() -> (
     None
 ):

@@ -8,6 +8,13 @@ entry, since every framework answers HEAD with the GET handler (otherwise HEAD w
 be a way around the limit). How a ``routes`` key is spelled is the configuration's
 rule (`config._routes.route_key`), which the loader also refuses duplicate keys with.
 
+A view that answers every method with one body (a Django function view: Django's URL
+patterns carry no method) has no method a ``routes`` entry could leave out: a request
+of a method the route has no entry for pays every entry of that route, so PUT, DELETE,
+OPTIONS or an invented method never reach a view guarded for POST unguarded. Views
+that answer only the methods they define (FastAPI and Flask routes, class-based views)
+answer the others with 405 and pass ``any_method=False``.
+
 ``routes["*"]`` (SPEC §5) is the default: a route of the app that no other entry and
 no decorator guards is charged to it, unless its view opts out (the adapters'
 ``@exempt``, passed here as ``default=False``). A decorated route pays for its own ids
@@ -26,7 +33,7 @@ class RouteTable:
     """The configuration's ``routes`` (canonical keys -> endpoint id), asked by the
     adapters which ids a request pays for and which entries name no route of the app."""
 
-    __slots__ = ("_routes", "default")
+    __slots__ = ("_by_template", "_routes", "default")
 
     def __init__(self, routes: Mapping[str, str]) -> None:
         self.default = routes.get(DEFAULT_ROUTE)
@@ -34,6 +41,13 @@ class RouteTable:
         self._routes = MappingProxyType(
             {route_key(*k.split(" ", 1)): v for k, v in routes.items() if k != DEFAULT_ROUTE}
         )
+        by_template: dict[str, list[str]] = {}
+        for key, endpoint_id in self._routes.items():
+            by_template.setdefault(key.split(" ", 1)[1], []).append(endpoint_id)
+        self._by_template = {
+            template: tuple(dict.fromkeys(ids)) for template, ids in by_template.items()
+        }
+        """Canonical template -> the ids of every entry of that route, in order."""
 
     def __bool__(self) -> bool:
         return bool(self._routes) or self.default is not None
@@ -57,6 +71,7 @@ class RouteTable:
         decorated: Iterable[str] = (),
         *,
         default: bool = True,
+        any_method: bool = False,
     ) -> tuple[str, ...]:
         """The endpoint ids one request pays for, each once, decorators' ids first.
 
@@ -68,13 +83,28 @@ class RouteTable:
             default: whether ``routes["*"]`` may apply (False for an ``@exempt`` view,
                 or one a framework idiom the core does not see guards, as DRF's
                 throttle does).
+            any_method: the view answers every method with one body (a Django function
+                view): a method without an entry of its own pays every entry of the
+                route.
         """
         spelled = [template for template in templates if template is not None]
         route_id = self.endpoint_for(method, *spelled) if spelled else None
-        ids = [*decorated, route_id] if route_id is not None else list(decorated)
+        if route_id is not None:
+            ids = [*decorated, route_id]
+        elif any_method and spelled:
+            ids = [*decorated, *self._every_entry(spelled)]
+        else:
+            ids = list(decorated)
         if not ids and default and spelled and self.default is not None:
             return (self.default,)
         return tuple(dict.fromkeys(ids))
+
+    def _every_entry(self, templates: Iterable[str]) -> tuple[str, ...]:
+        for template in templates:
+            ids = self._by_template.get(route_key("GET", template).split(" ", 1)[1])
+            if ids is not None:
+                return ids
+        return ()
 
     def unmatched(self, answered: Iterable[tuple[str, Collection[str] | None]]) -> list[str]:
         """The ``routes`` keys that no route of the app answers, in configuration order.

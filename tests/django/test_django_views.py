@@ -155,16 +155,56 @@ def test_middleware_is_sync_and_async_capable() -> None:
     assert iscoroutinefunction(async_middleware.process_view)
 
 
-def test_middleware_leaves_unrouted_methods_and_paths_alone(configure: Configure) -> None:
+def test_middleware_leaves_unrouted_paths_alone(configure: Configure) -> None:
     configure()
-    client = Client()
-    put = client.put("/items/1")
-    unguarded = client.get("/open")
 
-    assert put.status_code == 200
-    assert "RateLimit" not in put
+    unguarded = Client().get("/open")
+
     assert unguarded.status_code == 200
     assert "RateLimit" not in unguarded
+
+
+@pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH", "OPTIONS", "BREW"])
+def test_a_function_view_is_guarded_on_every_method_its_routes_do_not_name(
+    configure: Configure, method: str
+) -> None:
+    # A function view answers every method with one body: a method with no entry of its
+    # own pays every entry of the route (here POST's ingest and GET's tailor).
+    configure()
+    client = Client()
+
+    anonymous = client.generic(method, "/items/1")
+    authorized = client.generic(method, "/items/1", headers={"Authorization": bearer("acme")})
+
+    assert anonymous.status_code == 401
+    assert authorized.status_code == 200
+    assert authorized["RateLimit-Policy"].startswith('"pdftalk.ingest";')
+    assert '"resumint.tailor";' in authorized["RateLimit-Policy"]
+
+
+def test_a_method_a_function_view_route_does_not_name_is_limited_with_it(
+    configure: Configure,
+) -> None:
+    configure()
+    client = Client()
+    auth = {"Authorization": bearer("acme")}
+
+    posted = [client.post("/async-items/1", headers=auth).status_code for _ in range(3)]
+    put = client.put("/async-items/1", headers=auth)
+
+    assert posted == [200, 200, 200]
+    assert put.status_code == 429, "PUT reaches the view POST is limited on: limited too"
+
+
+def test_a_class_based_view_answers_405_to_a_method_it_does_not_define_uncharged(
+    configure: Configure,
+) -> None:
+    configure(routes={"POST v1/cbv-direct": "pdftalk.ingest"})
+
+    put = Client().put("/v1/cbv-direct", headers={"Authorization": bearer("acme")})
+
+    assert put.status_code == 405
+    assert "RateLimit" not in put
 
 
 def test_middleware_guards_head_with_the_get_route(configure: Configure) -> None:
