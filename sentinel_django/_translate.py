@@ -61,13 +61,38 @@ def request_view(request: HttpRequest) -> RequestView:
 
 
 def django_user(request: HttpRequest) -> str | None:
-    """The default ``identify``: the primary key of ``request.user`` when authenticated
-    (Django's ``AuthenticationMiddleware``; Django REST framework's authentication sets
-    it on the Django request as well, before its throttles run)."""
+    """The default ``identify``: the primary key of the request's authenticated user.
+
+    That is ``request.user`` (Django's ``AuthenticationMiddleware``), except on a Django
+    REST framework view, whose own authentication classes name the user: DRF runs them
+    inside the view, after the middleware has admitted the request, so they are run here
+    first (`drf_user`); a `SentinelThrottle` runs after them and finds the user set."""
     user = getattr(request, "user", None)
+    if not getattr(request, DRF_AUTHENTICATED, False):
+        view_class = getattr(getattr(request.resolver_match, "func", None), "cls", None)
+        if hasattr(view_class, "get_authenticators"):
+            user = drf_user(request, view_class)
     if user is None or not user.is_authenticated:
         return None
     return str(user.pk)
+
+
+DRF_AUTHENTICATED = "_sentinel_drf_authenticated"
+"""On a request: DRF has authenticated it (a `SentinelThrottle` runs after that)."""
+
+
+def drf_user(request: HttpRequest, view_class: Any) -> Any:
+    """The user a DRF view's authentication classes find (None when a credential is
+    refused: DRF answers that request itself, with its 401 or 403). DRF is installed:
+    the view is one of its views."""
+    from rest_framework.exceptions import APIException  # type: ignore[import-untyped]
+    from rest_framework.request import Request  # type: ignore[import-untyped]
+
+    view = view_class(**getattr(request.resolver_match.func, "initkwargs", {}))
+    try:
+        return Request(request, authenticators=view.get_authenticators()).user
+    except APIException:
+        return None
 
 
 def find_request(args: tuple[Any, ...]) -> HttpRequest:

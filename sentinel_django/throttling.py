@@ -22,6 +22,7 @@ from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-u
 from rest_framework.throttling import BaseThrottle  # type: ignore[import-untyped]
 
 from ._lifecycle import admit, in_middleware, refuse, unpaid
+from ._translate import DRF_AUTHENTICATED
 
 
 class SentinelThrottle(BaseThrottle):  # type: ignore[misc]
@@ -41,6 +42,7 @@ class SentinelThrottle(BaseThrottle):  # type: ignore[misc]
             raise ImproperlyConfigured(
                 "SentinelThrottle needs sentinel_django.middleware.SentinelMiddleware"
             )
+        setattr(native, DRF_AUTHENTICATED, True)  # request.user is DRF's user now
         endpoint_ids = unpaid(native, (endpoint_id,))
         refused = admit(native, endpoint_ids) if endpoint_ids else None
         if refused is None:

@@ -48,7 +48,8 @@ def users(users_db: None, redis_url: str) -> Iterator[Configure]:
 
         def apply(**extra: Any) -> dict[str, Any]:
             url = extra.pop("redis_url", redis_url)
-            config = user_config(url, routes={"GET routed": USER_POLICY}, **extra)
+            extra.setdefault("routes", {"GET routed": USER_POLICY, "GET token-routed": USER_POLICY})
+            config = user_config(url, **extra)
             stack.enter_context(
                 override_settings(SENTINEL=config, ROOT_URLCONF=VIEWS, MIDDLEWARE=MIDDLEWARE)
             )
@@ -112,6 +113,28 @@ def test_drf_token_authentication_names_the_user_to_the_throttle(users: Configur
     assert statuses_alice == [200, 200, 200, 429]
     assert first.status_code == 200  # no token: an anonymous client, a new device
     assert "sentinel_device" in first.cookies
+
+
+@pytest.mark.parametrize("routes", [{"GET token-routed": USER_POLICY}, {"*": USER_POLICY}])
+def test_a_drf_view_the_middleware_guards_is_limited_per_drf_user(
+    users: Configure, routes: dict[str, str]
+) -> None:
+    users(routes=routes)
+    http = Http("sync", None)
+    alice = Token.objects.create(user=User.objects.get(username="alice")).key
+    bob = Token.objects.create(user=User.objects.get(username="bob")).key
+    assert statuses(http, "/token-routed", 4, Authorization=f"Token {alice}") == [
+        200,
+        200,
+        200,
+        429,
+    ]
+    seen = http.get("/token-routed", Authorization=f"Token {bob}")
+    assert (seen.status_code, seen.json()) == (200, {"user": "bob"})
+    assert "sentinel_device" not in http.cookies
+    refused = http.get("/token-routed", Authorization="Token not-a-token")
+    assert refused.status_code == 401  # DRF's own answer; Sentinel saw an anonymous client
+    assert "sentinel_device" not in refused.cookies  # not set on a refusal
 
 
 def test_an_api_key_names_the_user_through_settings_identify(users: Configure, http: Http) -> None:

@@ -48,6 +48,16 @@ class TokenSearch(APIView):
         return Response(_who(request))
 
 
+class TokenRouted(APIView):
+    """Guarded by ``routes`` only: the middleware admits it before DRF authenticates."""
+
+    authentication_classes = (TokenAuthentication,)
+    permission_classes = ()
+
+    def get(self, request: Any) -> Response:
+        return Response(_who(request))
+
+
 def api_key(request: HttpRequest) -> str | None:
     """``SENTINEL["identify"]`` for an app whose clients send an API key."""
     return api_key_user(request.headers)
@@ -76,4 +86,5 @@ urlpatterns = [
     path("async-search", async_search),
     path("routed", routed),
     path("token-search", TokenSearch.as_view()),
+    path("token-routed", TokenRouted.as_view()),
 ]
