@@ -5,6 +5,7 @@ Run by tox's ``packaging`` environment (it builds and installs, so it takes a wh
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -23,6 +24,7 @@ LUA_SCRIPTS = (
     "sentinel_core/store/lua/concurrency.lua",
     "sentinel_core/store/lua/quota.lua",
 )
+USER_SUITE = Path(__file__).parent / "user_suite"
 NEVER_SHIPPED = ("tests/", "benchmarks/", "examples/", "docs/", ".ci/")
 
 
@@ -83,19 +85,59 @@ def test_twine_accepts_the_metadata(dist: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_wheel_installs_into_a_fresh_venv_and_runs(dist: Path, tmp_path: Path) -> None:
-    env = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def fresh_venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new virtualenv with the wheel and its ``all`` extra, plus what a user's test suite
+    adds: pytest and httpx2 (Starlette's TestClient). Nothing of this checkout."""
+    env = tmp_path_factory.mktemp("fresh") / "venv"
     venv.EnvBuilder(with_pip=True).create(env)
-    python = env / "bin" / "python"
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", f"{_wheel(dist)}[all]"],
+        [
+            str(env / "bin" / "python"),
+            *("-m", "pip", "install", "--quiet", f"{_wheel(dist)}[all]", "pytest", "httpx2"),
+        ],
         check=True,
         capture_output=True,
     )
+    return env
+
+
+def test_wheel_installs_into_a_fresh_venv_and_runs(fresh_venv: Path, tmp_path: Path) -> None:
+    python = fresh_venv / "bin" / "python"
     imports = "; ".join(f"import {package}" for package in PACKAGES)
     subprocess.run([str(python), "-c", imports], check=True, cwd=tmp_path)
     help_text = subprocess.run(
-        [str(env / "bin" / "sentinel"), "--help"], check=True, capture_output=True, text=True
+        [str(fresh_venv / "bin" / "sentinel"), "--help"], check=True, capture_output=True, text=True
     ).stdout
     assert "check" in help_text
     assert "demo" in help_text
+
+
+def test_a_users_test_suite_exhausts_advances_and_refills_in_each_framework(
+    fresh_venv: Path, tmp_path: Path
+) -> None:
+    """SPEC §9 as a user meets it: the ``sentinel`` pytest plugin comes with the package
+    (its ``pytest11`` entry point), and each framework's test client sees a limit
+    exhausted, the clock advanced and the limit refilled, warnings as errors."""
+    suite = tmp_path / "suite"
+    shutil.copytree(USER_SUITE, suite)
+
+    result = subprocess.run(
+        [
+            str(fresh_venv / "bin" / "python"),
+            "-m",
+            "pytest",
+            "-W",
+            "error",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=suite,
+        capture_output=True,
+        text=True,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    plugins = next(line for line in result.stdout.splitlines() if line.startswith("plugins:"))
+    assert "sentinel-ratelimit" in plugins
+    assert "6 passed" in result.stdout
