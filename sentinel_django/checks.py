@@ -12,6 +12,9 @@
                    endpoint unguarded)
 ``sentinel.E005``  two ``routes`` entries that name one route once normalised
                    (``"POST /r/<id>"`` and ``"POST r/<id>"``)
+``sentinel.E006``  a routed DRF view throttled by ``SentinelThrottle`` whose
+                   ``sentinel_endpoint`` is missing or names no policy (every request
+                   to it would answer 500)
 ``sentinel.W001``  ``memory://`` with ``DEBUG = False``: buckets are per process
 ``sentinel.W002``  ``routes`` is set but ``SentinelMiddleware`` is not in ``MIDDLEWARE``
 ``sentinel.W003``  deploy: Redis is unreachable (the app would start and defer the check)
@@ -42,7 +45,7 @@ from sentinel_core.adapter import MEMORY_URL, duplicate_route_keys
 from sentinel_core.errors import StoreError
 
 from . import conf
-from .decorators import view_endpoints
+from .decorators import uses_sentinel_throttle, view_endpoints
 
 TAG = "sentinel"
 MIDDLEWARE_PATH = "sentinel_django.middleware.SentinelMiddleware"
@@ -53,6 +56,7 @@ def register_checks() -> None:
     register(check_settings, TAG)
     register(check_decorated_views, TAG, Tags.urls)
     register(check_routes_match, TAG, Tags.urls)
+    register(check_drf_throttles, TAG, Tags.urls)
     register(check_redis, TAG, deploy=True)
 
 
@@ -117,6 +121,54 @@ def check_decorated_views(
             messages.append(_unknown_id(endpoint_id, f"@rate_limited on the view of {pattern!r}"))
         except ConfigError as error:
             messages.append(_config_error(error, obj=pattern))
+    return messages
+
+
+def check_drf_throttles(
+    app_configs: Sequence[Any] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """E006 for a routed DRF view whose ``SentinelThrottle`` has no endpoint id to use
+    (no ``sentinel_endpoint``, or one no policy declares); E001 for an endpoint that
+    cannot be guarded over HTTP."""
+    try:
+        sentinel = conf.runtime().sentinel
+    except ImproperlyConfigured:  # an invalid configuration is check_settings' E001
+        return []
+    messages: list[CheckMessage] = []
+    seen: set[type] = set()
+    for route, callback in _patterns(get_resolver().url_patterns, ""):
+        cls = getattr(callback, "cls", None)
+        if not isinstance(cls, type) or cls in seen or not uses_sentinel_throttle(cls):
+            continue
+        seen.add(cls)
+        where = f"{cls.__name__} (the view of {route!r})"
+        endpoint_id = getattr(cls, "sentinel_endpoint", None)
+        if not isinstance(endpoint_id, str):
+            messages.append(
+                Error(
+                    f"settings.SENTINEL: {where} is throttled by SentinelThrottle but has "
+                    "no sentinel_endpoint attribute, so every request to it fails.",
+                    hint="Set sentinel_endpoint = '<endpoint id>' on the view class.",
+                    obj=cls,
+                    id="sentinel.E006",
+                )
+            )
+            continue
+        try:
+            sentinel.validate_endpoint(endpoint_id)
+        except UnknownEndpointError:
+            messages.append(
+                Error(
+                    f"settings.SENTINEL: endpoint id {endpoint_id!r} named by "
+                    f"sentinel_endpoint on {where} has no policy, so every request to it "
+                    "fails.",
+                    hint=f"Declare policies[{endpoint_id!r}] or fix the id.",
+                    obj=cls,
+                    id="sentinel.E006",
+                )
+            )
+        except ConfigError as error:
+            messages.append(_config_error(error, obj=cls))
     return messages
 
 

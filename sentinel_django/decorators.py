@@ -77,8 +77,14 @@ def answers_any_method(callback: Callable[..., Any]) -> bool:
 
 
 def _throttled_by_sentinel(cls: object) -> bool:
+    return isinstance(getattr(cls, "sentinel_endpoint", None), str) and uses_sentinel_throttle(cls)
+
+
+def uses_sentinel_throttle(cls: object) -> bool:
+    """Whether a view class lists ``SentinelThrottle`` (or a subclass) among its DRF
+    ``throttle_classes``."""
     throttles = getattr(cls, "throttle_classes", None)
-    if not isinstance(getattr(cls, "sentinel_endpoint", None), str) or not throttles:
+    if not throttles:
         return False
     from .throttling import SentinelThrottle  # DRF is there: the view is an APIView
 

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 from django_harness import Configure
-from djproject import bad_urls
+from djproject import bad_urls, drf_urls
 
 from tests.support.adapter_config import spec_config
 from tests.support.redis_server import RedisServer
@@ -122,6 +122,31 @@ def test_decorated_views_naming_unknown_endpoints_are_e002_wherever_they_are(
     assert set(_ids(messages)) == {"sentinel.E002"}
     named = {message.msg.split("'")[1] for message in messages}
     assert named == bad_urls.UNKNOWN_IDS
+
+
+def test_drf_views_whose_sentinel_throttle_has_no_policy_are_e006(configure: Configure) -> None:
+    configure(routes={})
+    with override_settings(ROOT_URLCONF="djproject.bad_drf_urls"):
+        messages = _sentinel_messages()
+
+    assert _ids(messages) == ["sentinel.E006"] * 3
+    text = [message.msg for message in messages]
+    assert "Nameless (the view of 'nameless')" in text[0]
+    assert "no sentinel_endpoint attribute" in text[0]
+    assert "'pdftalk.ingets'" in text[1]
+    assert "Typo (the view of 'typo')" in text[1]
+    assert "'reports.rendr'" in text[2]
+    assert [message.obj.__name__ for message in messages] == ["Nameless", "Typo", "TypoViewSet"]
+
+
+def test_a_drf_throttle_naming_a_tenant_policy_without_jwt_is_e001(redis_url: str) -> None:
+    config = spec_config(redis_url, routes={})
+    del config["jwt"]
+    with override_settings(SENTINEL=config, ROOT_URLCONF="djproject.drf_urls"):
+        messages = [m for m in _sentinel_messages() if m.obj is drf_urls.Export]
+
+    assert _ids(messages) == ["sentinel.E001"]
+    assert messages[0].msg.startswith("settings.SENTINEL: jwt: ")
 
 
 def test_tenant_policy_without_jwt_section_is_e001_when_a_view_guards_it(
