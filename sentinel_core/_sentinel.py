@@ -149,7 +149,8 @@ class Sentinel:
     def plugin_manager(self) -> pluggy.PluginManager:
         """The pluggy `PluginManager` this instance calls its hooks through: register
         a plugin at runtime, or turn off a built-in observer by unregistering its name
-        (``sentinel.metrics``, ``sentinel.logging``)."""
+        (``sentinel.metrics``, ``sentinel.logging``, and ``sentinel.opentelemetry``
+        with ``opentelemetry = true``)."""
         return self._hooks.manager
 
     @property
