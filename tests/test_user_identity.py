@@ -13,6 +13,7 @@ import redis
 
 from sentinel_core import ConfigError, Rate, RequestView, Sentinel, TenantIdentity, load_config
 from sentinel_core.adapter import Outcome
+from tests.support.docs import snippets
 from tests.support.http import Headers, make_sentinel
 from tests.support.tokens import COOKIE_SECRET
 
@@ -155,3 +156,11 @@ def test_the_anonymous_fallback_takes_the_network_limits() -> None:
     del fallback["policies"][ENDPOINT]["network_rate"]
     loaded = load_config(fallback)
     assert loaded.policies[ENDPOINT].network_rate == Rate(50, 60)
+
+
+def test_every_snippet_of_the_users_page_is_valid_python() -> None:
+    """The pages' framework suites run the snippets they can; the rest must parse."""
+    blocks = snippets("users.md")
+    assert len(blocks) >= 10
+    for block in blocks:
+        compile(block, "docs/users.md", "exec")

@@ -22,6 +22,7 @@ from starlette.requests import HTTPConnection
 from sentinel_core import Decision, DecisionReason
 from sentinel_fastapi import RateLimitExceeded, Sentinel, rate_limited
 from tests.fastapi.conftest import client, lifespan
+from tests.support.docs import snippets
 from tests.support.users import USER_POLICY, api_key_user, user_config
 
 
@@ -203,3 +204,42 @@ async def test_without_a_handler_the_denial_is_spec_4s(redis_url: str) -> None:
     assert denied.status_code == 429
     assert denied.headers["content-type"] == "application/problem+json"
     assert denied.json()["detail"] == "rate limit exceeded"
+
+
+# --- docs/users.md, run as written -------------------------------------------------------
+
+
+def docs_config(redis_url: str) -> dict[str, Any]:
+    config = user_config(redis_url)
+    config["policies"]["api.search"] = config["policies"].pop(USER_POLICY)
+    return config
+
+
+async def test_the_docs_starlette_example_and_handler_run_as_written(redis_url: str) -> None:
+    namespace: dict[str, Any] = {"config": docs_config(redis_url)}
+    for block in snippets("users.md", "FastAPI and Starlette: `AuthenticationMiddleware`"):
+        exec(block, namespace)
+    app: FastAPI = namespace["app"]
+    async with lifespan(app), client(app) as http:
+        token = {"authorization": "Token alice"}
+        alice = [await http.get("/search", headers=token) for _ in range(4)]
+        for block in snippets("users.md", "FastAPI: `app.exception_handler(RateLimitExceeded)`"):
+            exec(block, namespace)
+        handled = await http.get("/search", headers=token)
+
+    assert [r.status_code for r in alice] == [200, 200, 200, 429]
+    assert alice[0].json() == {"user": "alice"}
+    assert handled.status_code == 429
+    assert handled.json()["error"] == "slow down"
+    assert int(handled.headers["retry-after"]) == handled.json()["retry_in"]
+    assert handled.headers["ratelimit"].startswith('"api.search";r=0;')
+
+
+def test_the_docs_api_key_lookup_names_an_account() -> None:
+    namespace: dict[str, Any] = {}
+    (block,) = snippets("users.md", "API keys")
+    exec(block, namespace)
+    lookup = namespace["api_key_account"]
+    key = next(iter(namespace["API_KEYS"]))
+    assert lookup(HTTPConnection({"type": "http", "headers": [(b"x-api-key", key.encode())]}))
+    assert lookup(HTTPConnection({"type": "http", "headers": []})) is None

@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 from flask import Flask, Request, jsonify, session
 from flask.testing import FlaskClient
+from jinja2 import DictLoader
 from prometheus_client import CollectorRegistry
 from werkzeug.exceptions import HTTPException
 
 from sentinel_core import ConfigError, DecisionReason
 from sentinel_core.testing import ratelimit_headers
 from sentinel_flask import RateLimiterUnavailable, RateLimitExceeded, Sentinel, rate_limited
+from tests.support.docs import snippets
 from tests.support.users import USER_POLICY, api_key_user, user_config
 
 
@@ -202,3 +204,40 @@ def test_without_a_handler_the_denial_is_spec_4s(
     assert denied.json is not None
     assert denied.json["detail"] == "rate limit exceeded"
     assert len(denied.headers.getlist("Retry-After")) == 1
+
+
+# --- docs/users.md, run as written -------------------------------------------------------
+
+
+def test_the_docs_flask_error_handlers_run_as_written(
+    make: Callable[..., Flask], redis_url: str
+) -> None:
+    app = make(user_config(redis_url))
+    app.jinja_loader = DictLoader({"429.html": "<p>wait {{ wait }}s</p>"})
+    namespace: dict[str, Any] = {"app": app}
+    for block in snippets("users.md", "Flask: `@app.errorhandler(429)` and `(503)`"):
+        exec(block, namespace)
+    client = app.test_client()
+    statuses(client, 3)
+    denied = client.get("/search")
+    assert denied.status_code == 429
+    assert denied.text == f"<p>wait {denied.headers['Retry-After']}s</p>"
+
+
+def test_the_docs_flask_503_handler_runs_as_written(
+    make: Callable[..., Flask], dead_redis_url: str
+) -> None:
+    app = make(user_config(dead_redis_url))
+    namespace: dict[str, Any] = {"app": app}
+    for block in snippets("users.md", "Flask: `@app.errorhandler(429)` and `(503)`"):
+        exec(block, namespace)
+    denied = app.test_client().get("/search")
+    assert (denied.status_code, denied.json) == (
+        503,
+        {"error": "try again later", "reason": "fail_closed"},
+    )
+
+
+def test_the_docs_flask_login_identify_is_valid_python() -> None:
+    (block,) = snippets("users.md", "Flask and Flask-Login")
+    compile(block, "docs/users.md", "exec")  # Flask-Login is not a dependency of the suite

@@ -67,7 +67,7 @@ def too_many(request: HttpRequest, decision: Decision) -> HttpResponse:
     """``SENTINEL["denial_view"]``: the app's own page for a denial."""
     return HttpResponse(
         f"<h1>{decision.endpoint_id}: {decision.reason}</h1>",
-        status=429 if decision.reason == "rate_limited" else 503,
+        status=429 if decision.reason in ("rate_limited", "emergency_local_limit") else 503,
     )
 
 
