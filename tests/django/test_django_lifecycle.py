@@ -67,6 +67,19 @@ async def test_an_async_stream_hands_the_lease_back_when_its_body_is_done(query:
 
 
 @pytest.mark.usefixtures("slots")
+def test_a_view_that_raises_hands_its_lease_back_through_the_default_test_client() -> None:
+    client = Client()  # re-raises the view's exception, as a project's tests see it
+
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="the view failed"):
+            client.get("/boom", headers=AUTH)
+    forbidden = [client.get("/forbidden", headers=AUTH).status_code for _ in range(2)]
+
+    assert forbidden == [403, 403]
+    assert client.get("/plain", headers=AUTH).status_code == 200
+
+
+@pytest.mark.usefixtures("slots")
 def test_a_head_request_pays_for_the_decorated_get_handler_once() -> None:
     client = Client()
 

@@ -9,7 +9,7 @@ import textwrap
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException
 from prometheus_client import CollectorRegistry
 
 from sentinel_core import Decision, RequestView, hookimpl
@@ -180,3 +180,28 @@ def test_an_annotation_naming_a_type_defined_later_stays_a_string() -> None:
     parameters = inspect.signature(namespace["handler"]).parameters
     assert parameters["body"].annotation == "Later"
     assert "sentinel_request__" in parameters
+
+
+async def test_a_handler_that_raises_hands_its_lease_back_to_a_client_that_re_raises() -> None:
+    config = spec_config("memory://")
+    config["policies"]["slots"] = {"algorithm": "concurrency", "limit": 1, "fail_mode": "closed"}
+    app = FastAPI()
+    Sentinel(config, registry=CollectorRegistry(), entry_points=False).init_app(app)
+
+    @app.get("/boom")
+    @rate_limited("slots")
+    def boom() -> None:
+        raise RuntimeError("the handler failed")
+
+    @app.get("/forbidden")
+    @rate_limited("slots")
+    async def forbidden() -> None:
+        raise HTTPException(403)
+
+    async with serve(app) as http:  # httpx's ASGI transport re-raises the exception
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="the handler failed"):
+                await http.get("/boom", headers=AUTH)
+        statuses = [(await http.get("/forbidden", headers=AUTH)).status_code for _ in range(2)]
+
+    assert statuses == [403, 403]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import path
 from django.views import View
@@ -41,6 +42,16 @@ def plain(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
 
 
+@rate_limited("slots")
+def boom(request: HttpRequest) -> HttpResponse:
+    raise RuntimeError("the view failed")
+
+
+@rate_limited("slots")
+def forbidden(request: HttpRequest) -> HttpResponse:
+    raise PermissionDenied
+
+
 class Report(View):
     @rate_limited("slots")
     def get(self, request: HttpRequest) -> HttpResponse:
@@ -51,5 +62,7 @@ urlpatterns = [
     path("stream", stream),
     path("astream", astream),
     path("plain", plain),
+    path("boom", boom),
+    path("forbidden", forbidden),
     path("report", Report.as_view()),
 ]
