@@ -113,19 +113,30 @@ def bars_png(
     *,
     title: str,
 ) -> None:
-    """One bar panel per measure (log scale), the same contenders in each."""
+    """One horizontal bar panel per measure (log scale), the same contenders in each,
+    stacked so that the figure reads at a documentation page's width: 800 pixels wide,
+    shown at its own size, names and values in 11-point type."""
     plt = _pyplot()
-    figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.8))
-    for axis, (label, values) in zip(axes, panels, strict=True):
+    rows = len(names)
+    figure, axes = plt.subplots(
+        len(panels), 1, figsize=(8, 0.9 + len(panels) * (0.75 + 0.36 * rows)), squeeze=False
+    )
+    for axis, (label, values) in zip(axes[:, 0], panels, strict=True):
         # a log scale has no zero: draw zeros as a sliver below the smallest value
         floor = min((v for v in values if v > 0), default=1.0) / 3
-        axis.bar(range(len(names)), [max(v, floor) for v in values])
-        axis.set_ylim(bottom=floor / 1.5)
-        axis.set_xticks(list(range(len(names))), names, fontsize=7, rotation=35, ha="right")
-        axis.set_yscale("log")
-        axis.set_title(label, fontsize=9)
-    figure.suptitle(title, fontsize=11)
+        positions = list(range(rows))
+        axis.barh(positions, [max(v, floor) for v in values], color="#1565c0")
+        axis.set_xscale("log")
+        axis.set_xlim(floor / 1.5, max(values) * 12)  # room for the value labels
+        axis.set_yticks(positions, names, fontsize=11)
+        axis.invert_yaxis()  # the first contender on top, as in the tables
+        axis.tick_params(axis="x", labelsize=10)
+        for position, value in zip(positions, values, strict=True):
+            shown = f"{value:,.0f}" if value >= 100 else f"{value:.2g}"
+            axis.text(max(value, floor) * 1.15, position, shown, va="center", fontsize=10)
+        axis.set_title(label, fontsize=12, loc="left")
+    figure.suptitle(title, fontsize=13)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=100)
     plt.close(figure)

@@ -1,4 +1,4 @@
-"""A FastAPI app guarded by Sentinel: the three policies of SPEC §2.
+"""A FastAPI app guarded by Sentinel: the three policies of the quick start.
 
 Run it::
 
