@@ -159,9 +159,11 @@ async def test_burst_is_admitted_then_denied(decide: Decide, algorithm: str) -> 
         assert {d.retry_after_seconds for d in decisions[5:]} == {HOUR}
     else:
         # the window ends within the hour; a full window of 5 fades to admit within 1.2 h
-        assert all(1 <= d.reset_seconds <= HOUR for d in decisions)
+        assert all(1 <= d.reset_seconds <= HOUR for d in decisions[:5])
         retry_afters = [d.retry_after_seconds or 0 for d in decisions[5:]]
         assert all(HOUR // 5 <= seconds <= 6 * HOUR // 5 for seconds in retry_afters)
+        # a denial's reset is never earlier than its Retry-After (RateLimit's t, SPEC §4)
+        assert all(d.reset_seconds >= (d.retry_after_seconds or 0) for d in decisions[5:])
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
