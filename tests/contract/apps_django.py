@@ -34,7 +34,10 @@ if not settings.configured:
 class DjangoClient:
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._settings = override_settings(
-            SENTINEL=routes_for(config, spell_angles),
+            SENTINEL={
+                **routes_for(config, spell_angles),
+                "identify": "tests.contract.harness.contract_user",
+            },
             ROOT_URLCONF="tests.contract.django_urls",
             MIDDLEWARE=MIDDLEWARE,
             DEBUG=True,

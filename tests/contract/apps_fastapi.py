@@ -8,24 +8,42 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import httpx
-from fastapi import FastAPI, HTTPException, Response
-from fastapi.responses import StreamingResponse
+from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CollectorRegistry
 
 from sentinel_core import ConfigError
-from sentinel_fastapi import Sentinel, rate_limited
-from tests.contract.harness import Refused, Reply, lower_headers, routes_for, spell_braces
+from sentinel_fastapi import RateLimitExceeded, Sentinel, rate_limited
+from tests.contract.harness import (
+    Refused,
+    Reply,
+    contract_user,
+    lower_headers,
+    rendered,
+    renders_denials,
+    routes_for,
+    spell_braces,
+)
 from tests.fastapi.conftest import LifespanFailed, lifespan
 
 PEER = ("203.0.113.7", 50000)
 
 
 def build_app(config: Mapping[str, Any]) -> FastAPI:
+    config, render = renders_denials(config)
     sentinel = Sentinel(
-        routes_for(config, spell_braces), registry=CollectorRegistry(), entry_points=False
+        routes_for(config, spell_braces),
+        registry=CollectorRegistry(),
+        entry_points=False,
+        identify=contract_user,
     )
     app = FastAPI()
     sentinel.init_app(app)
+    if render:
+
+        @app.exception_handler(RateLimitExceeded)
+        async def render_denial(request: Request, exc: RateLimitExceeded) -> JSONResponse:
+            return JSONResponse(rendered(exc.decision), status_code=exc.status_code)
 
     @app.post("/decorated")
     @rate_limited("small")
@@ -85,6 +103,11 @@ def build_app(config: Mapping[str, Any]) -> FastAPI:
                 yield chunk
 
         return StreamingResponse(chunks())
+
+    @app.get("/user")
+    @rate_limited("user")
+    async def user() -> dict[str, bool]:
+        return {"ok": True}
 
     @app.get("/open")
     async def open_() -> dict[str, bool]:

@@ -5,17 +5,33 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from flask import Flask, Response, abort, stream_with_context
+from flask import Flask, Response, abort, jsonify, stream_with_context
 from prometheus_client import CollectorRegistry
 
 from sentinel_core import SentinelError
-from sentinel_flask import Sentinel, rate_limited
-from tests.contract.harness import Refused, Reply, lower_headers, routes_for, spell_angles
+from sentinel_flask import RateLimitExceeded, Sentinel, rate_limited
+from tests.contract.harness import (
+    Refused,
+    Reply,
+    contract_user,
+    lower_headers,
+    rendered,
+    renders_denials,
+    routes_for,
+    spell_angles,
+)
 
 
 def build_app(config: Mapping[str, Any]) -> Flask:
+    config, render = renders_denials(config)
     app = Flask("contract")
     app.config["SENTINEL"] = routes_for(config, spell_angles)
+    if render:
+
+        @app.errorhandler(429)
+        @app.errorhandler(503)
+        def render_denial(error: RateLimitExceeded) -> tuple[Response, int]:
+            return jsonify(rendered(error.decision)), error.code or 500
 
     @app.post("/decorated")
     @rate_limited("small")
@@ -75,12 +91,17 @@ def build_app(config: Mapping[str, Any]) -> Flask:
 
         return Response(stream_with_context(chunks()))
 
+    @app.get("/user")
+    @rate_limited("user")
+    def user() -> dict[str, bool]:
+        return {"ok": True}
+
     @app.get("/open")
     def open_() -> dict[str, bool]:
         return {"ok": True}
 
     try:
-        Sentinel(registry=CollectorRegistry()).init_app(app)
+        Sentinel(registry=CollectorRegistry(), identify=contract_user).init_app(app)
     except SentinelError as exc:
         raise Refused(str(exc)) from exc
     return app

@@ -8,7 +8,19 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.urls import path
 
+from sentinel_core import Decision, DecisionReason
 from sentinel_django import rate_limited
+from tests.contract.harness import rendered
+
+UNAVAILABLE = frozenset(
+    {
+        DecisionReason.FAIL_CLOSED,
+        DecisionReason.CIRCUIT_OPEN,
+        DecisionReason.REDIS_TIMEOUT,
+        DecisionReason.REDIS_CONNECTION_ERROR,
+        DecisionReason.REDIS_NOSCRIPT_RETRY,
+    }
+)
 
 
 @rate_limited("small")
@@ -69,6 +81,17 @@ def stream(request: HttpRequest) -> StreamingHttpResponse:
     return StreamingHttpResponse(chunks())
 
 
+@rate_limited("user")
+def user(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"ok": True})
+
+
+def render_denial(request: HttpRequest, decision: Decision) -> JsonResponse:
+    """``SENTINEL["denial_view"]`` (`harness.DENIAL_VIEW`)."""
+    status = 503 if decision.reason in UNAVAILABLE else 429
+    return JsonResponse(rendered(decision), status=status)
+
+
 def open_(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"ok": True})
 
@@ -85,5 +108,6 @@ urlpatterns = [
     path("refuse", refuse),
     path("slot/<int:kind>", slot),
     path("stream", stream),
+    path("user", user),
     path("open", open_),
 ]

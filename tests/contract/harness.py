@@ -10,6 +10,29 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+USER_HEADER = "X-Contract-User"
+"""Who the contract app's own auth says the user is (``identity: "user"`` policies)."""
+DENIAL_VIEW = "tests.contract.django_urls.render_denial"
+"""``denial_view`` in a contract config asks every factory's app to render denials
+itself (SPEC §5): Django through this view, FastAPI and Flask with their own handlers,
+all with the same body (`rendered`)."""
+
+
+def contract_user(request: Any) -> str | None:
+    """Every factory's ``identify``: the user named by `USER_HEADER`, if any."""
+    user: str | None = request.headers.get(USER_HEADER)
+    return user
+
+
+def rendered(decision: Any) -> dict[str, str]:
+    """The body of a denial the contract app renders itself."""
+    return {"rendered": str(decision.reason), "endpoint": decision.endpoint_id}
+
+
+def renders_denials(config: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``config`` without ``denial_view`` (Django's key), and whether it was there."""
+    return {k: v for k, v in config.items() if k != "denial_view"}, "denial_view" in config
+
 
 class Refused(Exception):
     """The app refused to start (startup error, config error, system check error)."""
@@ -90,5 +113,6 @@ POST /refuse               @rate_limited("failures"), raises the framework's own
 GET  /slot/{kind}          @rate_limited("slot") (one concurrency slot): raises
                            RuntimeError (kind 1) or the framework's 403 (kind 2)
 GET  /stream               undecorated, a streamed body of 3 chunks, for routes
+GET  /user                 @rate_limited("user") (the user `contract_user` names)
 GET  /open                 never guarded
 """

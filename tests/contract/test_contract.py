@@ -18,7 +18,7 @@ import pytest
 
 from sentinel_core.testing import ratelimit_headers
 from tests.contract.conftest import Build
-from tests.contract.harness import Refused, Reply
+from tests.contract.harness import DENIAL_VIEW, USER_HEADER, Refused, Reply
 from tests.support.adapter_config import COOKIE_SECRET, JWT_KEY, bearer
 from tests.support.http import script_calls
 from tests.support.redis_server import RedisServer, free_port
@@ -44,6 +44,7 @@ POLICIES: dict[str, Any] = {
     "device": bucket(2, identity="anonymous", network_rate="1/minute", network_burst=20),
     "failures": bucket(2, count=[401, 403, "5xx"]),
     "slot": {"algorithm": "concurrency", "limit": 1, "fail_mode": "closed"},
+    "user": bucket(2, identity="user", network_rate="1/minute", network_burst=20),
 }
 
 
@@ -197,6 +198,26 @@ def exempt(replies: list[Reply]) -> None:
     assert all(not reply.set_cookies for reply in replies)
 
 
+def per_user(replies: list[Reply]) -> None:
+    """A user's own bucket, no device cookie; without a user, an anonymous device."""
+    assert int(replies[2].header("retry-after") or 0) >= 1
+    assert members(replies[2]) == ["user"]
+    assert remaining(replies[3]) == 1  # bob's own bucket
+    assert all(not reply.set_cookies for reply in replies[:4])
+    assert any("sentinel_device=" in cookie for cookie in replies[4].set_cookies)
+
+
+def rendered_by_the_app(replies: list[Reply]) -> None:
+    """The app's own body for the 429, with Sentinel's headers; the 401 stays Sentinel's."""
+    limited, unauthorized = replies[2], replies[3]
+    assert limited.header("content-type") == "application/json"
+    assert json.loads(limited.body) == {"rendered": "rate_limited", "endpoint": "small"}
+    assert int(limited.header("retry-after") or 0) >= 1
+    assert remaining(limited) == 0
+    assert members(limited, "policy") == ["small"]
+    assert problem(unauthorized)["status"] == 401
+
+
 def _forwarded(*clients: str) -> list[Any]:
     """One login per client address, in ``X-Forwarded-For`` (the device cookie kept)."""
     return [("POST", "/login", {"X-Forwarded-For": client}) for client in clients]
@@ -218,6 +239,23 @@ def layered(replies: list[Reply]) -> None:
 
 
 ROWS = [
+    Row(
+        "a user policy limits each user, and a request without one as an anonymous client",
+        [
+            *[("GET", "/user", {USER_HEADER: "alice"})] * 3,
+            ("GET", "/user", {USER_HEADER: "bob"}),
+            ("GET", "/user", {}),
+        ],
+        [200, 200, 429, 200, 200],
+        per_user,
+    ),
+    Row(
+        "a denial the app renders itself keeps Sentinel's headers",
+        [*[("POST", "/decorated", AUTH)] * 3, ("POST", "/decorated", {})],
+        [200, 200, 429, 401],
+        rendered_by_the_app,
+        config={"denial_view": DENIAL_VIEW},
+    ),
     Row("decorated", _times("POST", "/decorated", 3), [200, 200, 429], allowed_then_limited),
     Row(
         "decorator and route naming one id charge it once",
@@ -369,6 +407,15 @@ def test_a_store_failure_on_a_fail_closed_policy_is_a_503(build: Build) -> None:
 
     assert [reply.status for reply in replies] == [503]
     unavailable(replies)
+
+
+def test_a_store_failure_the_app_renders_is_its_503(build: Build) -> None:
+    config = contract_config(f"redis://127.0.0.1:{free_port()}/0", denial_view=DENIAL_VIEW)
+    reply = build(config).request("GET", "/user", headers={USER_HEADER: "alice"})
+
+    assert reply.status == 503
+    assert json.loads(reply.body) == {"rendered": "fail_closed", "endpoint": "user"}
+    assert reply.header("ratelimit") is None
 
 
 @pytest.mark.parametrize(
