@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from sentinel_core._models import MICRO, Algorithm, Rate
 from sentinel_core.store._redis import RedisStore
-from sentinel_core.store._reference import WRONG_TYPE, Mode, ScriptReply, State
+from sentinel_core.store._reference import WRONG_TYPE, Mode, ScriptReply, State, window_state
 from sentinel_core.store._scripts import ScriptCall, bucket_parameters, run_reference
 from tests.support.redis_server import RedisServer
 
@@ -50,14 +50,19 @@ GARBAGE_STATES = [
     "9" * 400,  # a TAT far in the future: a full bucket
     "\u0663{now}",  # a Unicode digit: Lua's %d does not take it, so Python may not either
     "0:{now}",  # the token bucket's former layout
-    "{limit}:0:{index}\n",
-    "{limit}:{limit}:{index}:",
-    "{limit}:0",
-    "\u0663:{limit}:{index}",
-    "{limit}:0:-{index}",
-    "9" * 30 + ":0:{index}",  # counts above the limit count as the limit
-    "{limit}:" + "9" * 30 + ":{index}",
-    "{limit}:0:" + "9" * 30,  # a window far ahead of TIME: an empty bucket
+    "{limit}:0:{index}",  # the sliding window's former layout
+    # the sliding window's "<current + 1><previous><digits - 1><index mod 10>"
+    "1{limit}0{phase}\n",
+    "0{limit}0{phase}",  # a leading zero: Redis would not store it as an integer
+    "+1{limit}0{phase}",
+    "1{limit}0{phase}.0",
+    "\u06631{limit}0{phase}",
+    "{limit}0{phase}",  # no digit left for the current count
+    "{limit}9{phase}",  # more digits for the previous count than there are
+    "99",
+    "1" + "9" * 30 + "0{phase}",  # counts above the limit count as the limit
+    "9" * 30 + "00{phase}",
+    "1" + "0" * 8 + "{limit}0{phase}",  # zeros before a count
 ]
 
 PARITY_SETTINGS = settings(
@@ -129,11 +134,11 @@ class StateSpec:
     def render(self, case: Case, now_us: int) -> str:
         if self.garbage is not None:
             index = now_us // case.span_us
-            return self.garbage.format(now=now_us, index=index, limit=case.limit)
+            return self.garbage.format(now=now_us, index=index, limit=case.limit, phase=index % 10)
         if case.algorithm is Algorithm.TOKEN_BUCKET:
             return str(max(0, now_us + self.offset_us))
         index = now_us // case.span_us - self.windows_ago
-        return f"{self.first}:{self.second}:{max(0, index)}"
+        return window_state(self.first, self.second, max(0, index))
 
 
 def state_specs(case: Case) -> st.SearchStrategy[StateSpec]:
@@ -153,8 +158,9 @@ def state_specs(case: Case) -> st.SearchStrategy[StateSpec]:
             StateSpec,
             first=counts,
             second=counts,
-            # the current window, the previous one, stale ones, and future ones
-            windows_ago=st.integers(-2, 3),
+            # the current window, the previous one, stale ones, and future ones (the
+            # state keeps the index's last digit: ten windows away reads as this one)
+            windows_ago=st.one_of(st.integers(-2, 3), st.sampled_from([-9, 5, 6, 9, 10, 11])),
         )
     return st.one_of(
         structured,

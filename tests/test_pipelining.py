@@ -229,3 +229,19 @@ async def test_a_batch_that_cannot_connect_fails_every_caller() -> None:
     finally:
         await store.aclose()
     assert all(isinstance(reply, RedisConnectionError) for reply in replies), replies
+
+
+async def test_a_batch_closed_before_its_turn_fails_and_the_next_one_is_sent(
+    store: AsyncRedisStore,
+) -> None:
+    pipeline = store.pipeline
+    alone = pipeline.execute("ECHO", "x")
+    unsent = pipeline.execute("ECHO", "y")
+    await pipeline.aclose()  # before the loop turns: the batch's flush never ran
+    assert await alone == b"x"
+    with pytest.raises(RedisConnectionError, match="unsent"):
+        await unsent
+    assert await asyncio.gather(pipeline.execute("ECHO", "a"), pipeline.execute("ECHO", "b")) == [
+        b"a",
+        b"b",
+    ]

@@ -99,6 +99,59 @@ def race_in_process(
         sentinel.close()
 
 
+def race_coroutines_in_process(
+    url: str, endpoint_id: str, coroutines: int, start: Any, results: Any
+) -> None:
+    """One worker process: its own Sentinel, ``coroutines`` concurrent ``aevaluate``
+    calls in one event loop (auto-pipelined by the asyncio store); reports outcomes."""
+
+    async def race() -> list[tuple[bool, str]]:
+        sentinel = make_sentinel(url)
+        try:
+            await sentinel.acheck()  # connect and load the scripts before the start line
+            start.wait(WAIT_SECONDS)
+            decisions = await asyncio.gather(
+                *(sentinel.aevaluate(endpoint_id, TENANT) for _ in range(coroutines))
+            )
+        finally:
+            await sentinel.aclose()
+        return [outcome(decision) for decision in decisions]
+
+    try:
+        results.put(asyncio.run(race()))
+    except BaseException as exc:
+        results.put(repr(exc))
+        raise
+
+
+def run_processes(target: Any, args: tuple[Any, ...], processes: int) -> list[Any]:
+    """``target(*args, start, results)`` in ``processes`` spawned processes released
+    together; each one's report, in the order they came."""
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(processes)
+    results = context.Queue()
+    workers = [
+        context.Process(target=target, args=(*args, start, results), daemon=True)
+        for _ in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    try:
+        reports = [results.get(timeout=WAIT_SECONDS) for _ in workers]
+    finally:
+        for worker in workers:
+            worker.join(WAIT_SECONDS)
+            if worker.is_alive():  # only our own children, by handle
+                worker.kill()
+                worker.join()
+        results.close()
+        results.join_thread()
+    for report in reports:
+        assert isinstance(report, list), f"a worker process failed: {report}"
+    assert [worker.exitcode for worker in workers] == [0] * processes
+    return reports
+
+
 @pytest.fixture(params=ENDPOINTS)
 def endpoint_id(request: pytest.FixtureRequest) -> str:
     name: str = request.param
@@ -150,32 +203,17 @@ def test_three_processes_of_eight_threads_admit_exactly_the_burst(
     redis_url: str, endpoint_id: str
 ) -> None:
     processes, threads, calls = 3, 8, 4
-    context = multiprocessing.get_context("spawn")
-    start = context.Barrier(processes)
-    results = context.Queue()
-    workers = [
-        context.Process(
-            target=race_in_process,
-            args=(redis_url, endpoint_id, threads, calls, start, results),
-            daemon=True,
-        )
-        for _ in range(processes)
-    ]
-    for worker in workers:
-        worker.start()
-    try:
-        reports = [results.get(timeout=WAIT_SECONDS) for _ in workers]
-    finally:
-        for worker in workers:
-            worker.join(WAIT_SECONDS)
-            if worker.is_alive():  # only our own children, by handle
-                worker.kill()
-                worker.join()
-        results.close()
-        results.join_thread()
-
-    for report in reports:
-        assert isinstance(report, list), f"a worker process failed: {report}"
-    assert [worker.exitcode for worker in workers] == [0] * processes
+    reports = run_processes(race_in_process, (redis_url, endpoint_id, threads, calls), processes)
     outcomes = [(bool(allowed), str(reason)) for report in reports for allowed, reason in report]
     assert_exact_capacity(outcomes, processes * threads * calls)
+
+
+def test_three_processes_of_twenty_pipelined_coroutines_admit_exactly_the_burst(
+    redis_url: str, endpoint_id: str
+) -> None:
+    processes, coroutines = 3, 20
+    reports = run_processes(
+        race_coroutines_in_process, (redis_url, endpoint_id, coroutines), processes
+    )
+    outcomes = [(bool(allowed), str(reason)) for report in reports for allowed, reason in report]
+    assert_exact_capacity(outcomes, processes * coroutines)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -150,9 +151,15 @@ class _AutoPipeline:
             batch = self._open = []
             flush = loop.create_task(self._flush(batch))
             self._flushes.add(flush)
-            flush.add_done_callback(self._flushes.discard)
+            flush.add_done_callback(functools.partial(self._flushed, batch))
         batch.append((command, future))
         return future
+
+    def _flushed(self, batch: list[Queued], flush: asyncio.Task[None]) -> None:
+        self._flushes.discard(flush)
+        if self._open is batch:  # cancelled before it ran (the store closed, or its loop)
+            self._open = None
+        _fail(batch, RedisConnectionError("the store closed with the command unsent"))
 
     async def _alone(self, command: Command) -> Any:
         try:

@@ -19,10 +19,10 @@ from typing import NamedTuple
 
 from sentinel_core._models import MICRO
 
-# Lua's '^%d+$' and '^(%d+):(%d+):(%d+)$': ASCII digits only, no trailing newline
+# Lua's '^%d+$' and '^([1-9]%d*)(%d)(%d)$': ASCII digits only, no trailing newline
 # (use with fullmatch).
 _TAT_STATE = re.compile(r"[0-9]+")
-_WINDOW_STATE = re.compile(r"([0-9]+):([0-9]+):([0-9]+)")
+_WINDOW_STATE = re.compile(r"([1-9][0-9]*)([0-9])([0-9])")
 
 
 class WrongType:
@@ -173,19 +173,27 @@ def token_bucket(
 
 
 def _window_counts(state: State, index: int, limit: int) -> tuple[int, int, int]:
-    """(current, previous, window index) of a sliding-window state read in ``index``."""
+    """(current, previous, window index) of a sliding-window state read in ``index``:
+    ``"<current + 1><previous><digits of previous - 1><index mod 10>"``."""
     match = _WINDOW_STATE.fullmatch(state) if isinstance(state, str) else None
-    if match is None:
+    if match is None or len(match[1]) <= int(match[2]) + 1:
         return 0, 0, index
-    stored_current, stored_previous, stored_index = (int(g) for g in match.groups())
+    counts, width = match[1], int(match[2]) + 1
+    stored_current, stored_previous = int(counts[:-width]) - 1, int(counts[-width:])
     current = previous = 0
-    if stored_index == index:
+    distance = (index - int(match[3])) % 10
+    if distance == 0:
         current, previous = stored_current, stored_previous
-    elif stored_index == index - 1:
+    elif distance == 1:
         previous = stored_current
-    elif stored_index == index + 1:  # TIME went back across a window edge
-        current, previous, index = stored_current, stored_previous, stored_index
+    elif distance == 9:  # TIME went back across a window edge
+        current, previous, index = stored_current, stored_previous, index + 1
     return min(current, limit), min(previous, limit), index
+
+
+def window_state(current: int, previous: int, index: int) -> str:
+    """The state ``lua/sliding_window.lua`` writes for these counts in window ``index``."""
+    return f"{current + 1}{previous}{len(str(previous)) - 1}{index % 10}"
 
 
 def sliding_window(
@@ -213,7 +221,11 @@ def sliding_window(
         last_wait_us = 0
         if room >= cost * window:
             lefts.append(room // window - cost)
-            value = f"0:0:{index}" if mode is Mode.RESET else f"{current + cost}:{previous}:{index}"
+            value = (
+                window_state(0, 0, index)
+                if mode is Mode.RESET
+                else window_state(current + cost, previous, index)
+            )
             writes.append(Write(i, value, ttl_ms))
         else:
             allowed = False

@@ -14,6 +14,12 @@ from sentinel_core import Decision, DecisionReason, Sentinel, TenantIdentity
 from tests.cluster.conftest import MakeSentinel
 from tests.conftest import make_config
 from tests.support.redis_cluster import RedisCluster
+from tests.test_races import (
+    ENDPOINTS,
+    assert_exact_capacity,
+    race_coroutines_in_process,
+    run_processes,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -133,3 +139,15 @@ async def test_batches_follow_a_failover_and_resume(
     assert set(failures) <= FAILURE_REASONS
     assert fresh_cluster.node_for_key(key).port != victim.port
     assert decisions[-1].remaining <= 1000 - 6, "the promoted replica kept the warm state"
+
+
+@pytest.mark.parametrize("endpoint_id", ENDPOINTS)
+def test_three_processes_of_twenty_pipelined_coroutines_admit_exactly_the_burst(
+    cluster_url: str, endpoint_id: str
+) -> None:
+    processes, coroutines = 3, 20
+    reports = run_processes(
+        race_coroutines_in_process, (cluster_url, endpoint_id, coroutines), processes
+    )
+    outcomes = [(bool(allowed), str(reason)) for report in reports for allowed, reason in report]
+    assert_exact_capacity(outcomes, processes * coroutines)
