@@ -43,6 +43,13 @@ class FailMode(str, enum.Enum):
     CLOSED = "closed"
 
 
+class FallbackScope(str, enum.Enum):
+    """Whom a fail-open policy's ``fallback_rate`` limits (SPEC §2 ``fallback_scope``)."""
+
+    PROCESS = "process"
+    FLEET = "fleet"
+
+
 class IdentityKind(str, enum.Enum):
     TENANT = "tenant"
     ANONYMOUS = "anonymous"
@@ -97,6 +104,9 @@ class Policy:
     count: frozenset[int] | None = None
     """The response statuses that consume (SPEC §2 ``count``); None: every request does.
     A request is still checked before the handler, and consumes after it."""
+    fallback_scope: FallbackScope = FallbackScope.PROCESS
+    """Fail-open policies: ``fallback_rate`` per process, or for the whole fleet of
+    processes sharing the store, divided by the live count each last saw."""
 
     @property
     def limits(self) -> tuple[tuple[Rate, int], ...]:

@@ -19,6 +19,7 @@ from typing import Any
 import pluggy
 
 from sentinel_core import _embedded
+from sentinel_core._fleet import fleet_of
 from sentinel_core._models import Algorithm, Decision, Policy, Slot
 from sentinel_core._plugins import Hooks, make_plugin_manager
 from sentinel_core.config._schema import SentinelConfig, load_config
@@ -104,10 +105,13 @@ class Sentinel:
         if self.config.opentelemetry:
             self._hooks.register_builtin(OpenTelemetryPlugin(), "sentinel.opentelemetry")
         local_denials = LocalDenials(self.config.local_denials_ms, clock_ns=clock_ns)
+        fleet, self._fleet = fleet_of(self.config)
+        if self._fleet is not None:
+            self._hooks.register_builtin(self._fleet, "sentinel.fleet")
         self._engine = DecisionEngine(
             self.config.policies,
             self._breaker,
-            EmergencyLimiter(clock_ns),
+            EmergencyLimiter(clock_ns, fleet),
             self._hooks,
             local_denials,
         )
@@ -466,10 +470,14 @@ class Sentinel:
         return Admission(request, charges, denial, self._runner)
 
     def close(self) -> None:
+        if self._fleet is not None:
+            self._fleet.heartbeat.stop()
         if self._sync_store is not None:
             self._sync_store.close()
 
     async def aclose(self) -> None:
+        if self._fleet is not None:
+            self._fleet.heartbeat.stop()
         if self._async_store is not None:
             await self._async_store.aclose()
 

@@ -28,9 +28,11 @@ TOP_LEVEL: dict[str, frozenset[str]] = {
     "_embedded": frozenset(),
     "hookspecs": frozenset({"_models", "identity", "resilience"}),
     "_plugins": frozenset({"_models", "errors", "hookspecs", "identity", "resilience"}),
+    "_fleet": frozenset({"_models", "config", "errors", "hookspecs", "resilience", "store"}),
     "_sentinel": frozenset(
         {
             "_embedded",
+            "_fleet",
             "_models",
             "errors",
             "_plugins",

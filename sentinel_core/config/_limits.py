@@ -9,6 +9,7 @@ import zoneinfo
 from typing import Any
 
 from sentinel_core._models import Algorithm, FailMode, IdentityKind, Policy, Rate
+from sentinel_core.config._fleet import parse_fallback_scope
 from sentinel_core.config._reader import Section, parse_rate
 from sentinel_core.errors import ConfigError
 
@@ -59,6 +60,7 @@ def parse_lease_or_quota(section: Section, endpoint_id: str, algorithm: Algorith
         "fail_mode": fail_mode,
         "version": section.integer("version", 1, maximum=2**53 - 1),
         "shadow": section.boolean("shadow", False),
+        "fallback_scope": parse_fallback_scope(section, algorithm, fail_mode),
     }
     if algorithm is Algorithm.CONCURRENCY:
         policy = _concurrency(section, fail_mode, common)

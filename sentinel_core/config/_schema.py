@@ -20,6 +20,11 @@ from typing import Any
 
 from sentinel_core._models import MICRO, Algorithm, FailMode, IdentityKind, Policy, Rate
 from sentinel_core.config._count import parse_count
+from sentinel_core.config._fleet import (
+    FLEET_HEARTBEAT_SECONDS,
+    MAX_FLEET_HEARTBEAT_SECONDS,
+    parse_fallback_scope,
+)
 from sentinel_core.config._identity import (
     AnonymousConfig,
     JwtConfig,
@@ -76,6 +81,8 @@ class SentinelConfig:
     """False: every guard passes requests through, never contacting the store (SPEC §2)."""
     opentelemetry: bool = False
     """Record decisions through OpenTelemetry's global providers too (SPEC §7)."""
+    fleet_heartbeat_seconds: int = FLEET_HEARTBEAT_SECONDS
+    """How often each process announces itself for ``fallback_scope: "fleet"`` policies."""
 
 
 def load_config(
@@ -129,6 +136,9 @@ def _parse(root: Section) -> SentinelConfig:
     socket_timeout_ms = root.integer("socket_timeout_ms", 20, maximum=60_000)
     require_noeviction = root.boolean("require_noeviction", True)
     local_denials_ms = root.integer("local_denials_ms", 1000, minimum=0, maximum=86_400_000)
+    fleet_heartbeat_seconds = root.integer(
+        "fleet_heartbeat_seconds", FLEET_HEARTBEAT_SECONDS, maximum=MAX_FLEET_HEARTBEAT_SECONDS
+    )
     jwt_section = root.section("jwt")
     jwt = parse_jwt(jwt_section) if jwt_section is not None else None
     anonymous_section = root.section("anonymous")
@@ -168,6 +178,7 @@ def _parse(root: Section) -> SentinelConfig:
         trusted_proxies=proxies,
         enabled=enabled,
         opentelemetry=opentelemetry,
+        fleet_heartbeat_seconds=fleet_heartbeat_seconds,
     )
 
 
@@ -280,6 +291,7 @@ def _parse_policy(section: Section, endpoint_id: str, anonymous: AnonymousConfig
         count=parse_count(section.raw("count"), section.path("count"))
         if section.has("count")
         else None,
+        fallback_scope=parse_fallback_scope(section, algorithm, fail_mode),
     )
     section.finish()
     _check_exact(algorithm, rate, burst, cost, section, "rate", "burst")

@@ -18,6 +18,7 @@ it cannot reach the cluster or a slot is uncovered mid-failover: the store bound
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -30,6 +31,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from sentinel_core.store._errors import translated
+from sentinel_core.store._fleet import announce
 from sentinel_core.store._pipelining import ClusterAutoPipeline
 from sentinel_core.store._protocol import (
     Check,
@@ -97,6 +99,11 @@ class ClusterStore:
                     for node in client.get_primaries()  # type: ignore[no-untyped-call]
                 ]
             )
+
+    def announce(self, keys: Sequence[str], member: str, lifetime_ms: int) -> list[int]:
+        """The fleet heartbeat (its keys share one slot)."""
+        with translated():
+            return drive(announce(keys, member, lifetime_ms), self.client.execute_command)
 
     def close(self) -> None:
         if self._client is not None:

@@ -8,7 +8,7 @@ the reference algorithms under a lock.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import redis
@@ -18,6 +18,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from sentinel_core.store._errors import translated
+from sentinel_core.store._fleet import announce
 from sentinel_core.store._pipelining import AutoPipeline
 from sentinel_core.store._protocol import (
     Check,
@@ -100,6 +101,11 @@ class RedisStore:
     def check(self, require_noeviction: bool) -> ServerReport:
         with translated():
             return drive(check_server(require_noeviction), self.client.execute_command)
+
+    def announce(self, keys: Sequence[str], member: str, lifetime_ms: int) -> list[int]:
+        """The fleet heartbeat: announce ``member``, return each key's live count."""
+        with translated():
+            return drive(announce(keys, member, lifetime_ms), self.client.execute_command)
 
     def close(self) -> None:
         self.client.close()

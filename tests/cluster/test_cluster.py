@@ -12,6 +12,8 @@ import pytest
 from sentinel_core import AnonymousIdentity, Decision, DecisionReason, Sentinel, TenantIdentity
 from sentinel_core._models import MICRO, Rate
 from sentinel_core.resilience._emergency import emergency_capacity_micro
+from sentinel_core.store._connect import open_fleet_store
+from sentinel_core.store._fleet import fleet_key
 from tests.cluster.conftest import MakeSentinel
 from tests.conftest import make_config
 from tests.support.race import race_processes
@@ -202,3 +204,16 @@ def test_sentinel_managed_failover_follows_the_decision_table_and_resumes(
     outage = _drive_through_outage(sentinel, sentinel_deployment.primary.stop)
     _assert_decision_table_held(outage)
     assert sentinel_deployment.current_primary_port() == sentinel_deployment.replica.port
+
+
+def test_the_fleet_heartbeat_announces_every_endpoint_in_one_slot(cluster_url: str) -> None:
+    """``fallback_scope: "fleet"``: one script call per heartbeat, over keys of one hash
+    tag, so the cluster routes it to one primary."""
+    store = open_fleet_store(cluster_url, 2000)
+    keys = (fleet_key("a.x"), fleet_key("b.y"), fleet_key("c.z"))
+    try:
+        assert store.announce(keys, "p1", 15_000) == [1, 1, 1]
+        assert store.announce(keys, "p2", 15_000) == [2, 2, 2]
+        assert store.announce(keys, "p1", 15_000) == [2, 2, 2]
+    finally:
+        store.close()
