@@ -169,3 +169,9 @@ class Decision:
     limit_index: int = 0
     """Which of the policy's limits (`Policy.limits`) ``limit``, ``remaining`` and
     ``reset_seconds`` describe: for layered limits, the one closest to binding."""
+    store_failure: DecisionReason | None = None
+    """The Redis failure this decision followed (`REDIS_TIMEOUT`,
+    `REDIS_CONNECTION_ERROR` or `REDIS_NOSCRIPT_RETRY`), whatever ``reason`` says: a
+    fail-closed denial's reason is `FAIL_CLOSED` and an emergency denial's
+    `EMERGENCY_LOCAL_LIMIT`, yet the cause is kept here. None when no Redis call failed
+    (an open breaker makes none)."""

@@ -126,6 +126,71 @@ def test_store_failures_are_counted_with_their_reason(registry: CollectorRegistr
     assert decisions(registry, "api.closed", "circuit_open", "false") == 1
 
 
+def failures(registry: CollectorRegistry, endpoint: str, cause: str) -> float | None:
+    return registry.get_sample_value(
+        "sentinel_store_failures_total", {"endpoint_id": endpoint, "cause": cause}
+    )
+
+
+def test_store_failures_keep_their_cause_whatever_the_fail_mode(
+    registry: CollectorRegistry, redis_server: Any
+) -> None:
+    """A fail-closed timeout is decision_reason fail_closed and an emergency denial
+    emergency_local_limit; sentinel_store_failures_total still says "redis_timeout"."""
+    with TcpProxy(redis_server.port, "blackhole") as proxy:
+        config = make_config(
+            proxy.url,
+            api__closed={"algorithm": "token_bucket", "rate": "5/second", "fail_mode": "closed"},
+            api__open={
+                "algorithm": "token_bucket",
+                "rate": "5/second",
+                "fail_mode": "open",
+                "fallback_rate": "1/minute",
+            },
+        )
+        config["socket_timeout_ms"] = 50
+        config["breaker"] = {"failure_threshold": 4}
+        sentinel = Sentinel(config, registry=registry, entry_points=False)
+        closed = sentinel.evaluate("api.closed", "acme")
+        admitted = sentinel.evaluate("api.open", "acme")
+        denied = sentinel.evaluate("api.open", "acme")
+        assert (closed.reason, closed.store_failure) == (
+            DecisionReason.FAIL_CLOSED,
+            DecisionReason.REDIS_TIMEOUT,
+        )
+        assert (admitted.reason, admitted.store_failure) == (
+            DecisionReason.REDIS_TIMEOUT,
+            DecisionReason.REDIS_TIMEOUT,
+        )
+        assert (denied.reason, denied.store_failure) == (
+            DecisionReason.EMERGENCY_LOCAL_LIMIT,
+            DecisionReason.REDIS_TIMEOUT,
+        )
+        assert failures(registry, "api.closed", "redis_timeout") == 1
+        assert failures(registry, "api.open", "redis_timeout") == 2
+        sentinel.evaluate("api.closed", "acme")  # the fourth failure opens the breaker
+        short_circuited = sentinel.evaluate("api.closed", "acme")
+        assert short_circuited.reason is DecisionReason.CIRCUIT_OPEN
+        assert short_circuited.store_failure is None, "an open breaker makes no call"
+        assert failures(registry, "api.closed", "redis_timeout") == 2
+        sentinel.close()
+
+
+def test_a_connection_error_is_counted_as_one(registry: CollectorRegistry) -> None:
+    sentinel = dead_sentinel(
+        registry,
+        api__closed={"algorithm": "token_bucket", "rate": "5/second", "fail_mode": "closed"},
+    )
+    assert sentinel.evaluate("api.closed", "acme").store_failure is (
+        DecisionReason.REDIS_CONNECTION_ERROR
+    )
+    assert failures(registry, "api.closed", "redis_connection_error") == 1
+    assert sentinel.evaluate("api.closed", "acme").store_failure is (
+        DecisionReason.REDIS_CONNECTION_ERROR
+    )
+    assert failures(registry, "api.closed", "redis_connection_error") == 2
+
+
 def test_the_duration_histogram_observes_every_decision(registry: CollectorRegistry) -> None:
     sentinel = memory_sentinel(registry)
     for _ in range(4):

@@ -25,14 +25,15 @@ _SERIES_SUFFIXES = ("_bucket", "_count", "_sum", "_created", "_total")
 
 
 def _exposed_series() -> dict[str, set[str]]:
-    """Every series name a Sentinel exposes, with its label names, after a breaker trip."""
+    """Every series name a Sentinel exposes, with its label names, after a shadow
+    policy's would-be denial, Redis failures and a breaker trip."""
     registry = CollectorRegistry()
     dead = f"redis://127.0.0.1:{free_port()}/0"
-    config = make_config(
-        dead, api__search={"algorithm": "token_bucket", "rate": "1/second", "fail_mode": "closed"}
-    )
-    config["breaker"] = {"failure_threshold": 1}
+    search = {"algorithm": "token_bucket", "rate": "1/second", "fail_mode": "closed"}
+    config = make_config(dead, api__search=search, api__trial={**search, "shadow": True})
+    config["breaker"] = {"failure_threshold": 2}
     sentinel = Sentinel(config, registry=registry, entry_points=False)
+    sentinel.evaluate("api.trial", "tenant-a")  # a shadow policy's would-be denial
     sentinel.evaluate("api.search", "tenant-a")
     sentinel.evaluate("api.search", "tenant-a")
     series: dict[str, set[str]] = {}
@@ -95,6 +96,28 @@ def test_breaker_alert_waits_two_minutes() -> None:
     rules = {rule["alert"]: rule for group in alerts["groups"] for rule in group["rules"]}
     assert rules["SentinelBreakerOpen"]["for"] == "2m"
     assert "sentinel_breaker_state" in rules["SentinelBreakerOpen"]["expr"]
+
+
+def test_the_dashboard_can_be_narrowed_to_a_job_and_an_instance() -> None:
+    dashboard = json.loads((OPERATIONS / "grafana-dashboard.json").read_text())
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert {"job", "instance", "endpoint"} <= variables
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            for match in _SELECTOR.finditer(target["expr"]):
+                assert 'job=~"$job"' in (match.group(2) or ""), target["expr"]
+                assert 'instance=~"$instance"' in (match.group(2) or ""), target["expr"]
+
+
+def test_the_dashboard_has_a_shadow_mode_panel() -> None:
+    dashboard = json.loads((OPERATIONS / "grafana-dashboard.json").read_text())
+    shadow = [
+        panel
+        for panel in dashboard["panels"]
+        if any("sentinel_shadow_denials_total" in t["expr"] for t in panel["targets"])
+    ]
+    assert shadow
+    assert all("shadow" in panel["title"].lower() for panel in shadow)
 
 
 def test_dashboard_is_well_formed() -> None:

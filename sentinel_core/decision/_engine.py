@@ -270,6 +270,9 @@ class Attempt:
     def _unavailable(self, cause: DecisionReason) -> Decision:
         policy = self.policy
         lease = None
+        # The Redis failure behind the decision, whatever its reason says (an open breaker
+        # made no call): what the store-failure metric and its alerts count.
+        failure = None if cause is DecisionReason.CIRCUIT_OPEN else cause
         if policy.fail_mode is FailMode.OPEN and policy.fallback_limit is not None:
             verdict, lease = self._engine.inflight.acquire(
                 policy.endpoint_id, policy.fallback_limit
@@ -277,7 +280,9 @@ class Attempt:
         elif policy.fail_mode is FailMode.CLOSED or policy.fallback_rate is None:
             reason = cause if cause is DecisionReason.CIRCUIT_OPEN else DecisionReason.FAIL_CLOSED
             retry_after = self._engine.breaker.retry_after_seconds()
-            return self._finish(False, reason, 0, retry_after, retry_after or 0)
+            return self._finish(
+                False, reason, 0, retry_after, retry_after or 0, store_failure=failure
+            )
         else:
             verdict = self._engine.emergency.acquire(
                 policy.endpoint_id, policy.fallback_rate, policy.cost
@@ -289,6 +294,7 @@ class Attempt:
             verdict.retry_after_seconds,
             verdict.reset_seconds,
             lease,
+            store_failure=failure,
         )
 
     def _finish(
@@ -302,6 +308,7 @@ class Attempt:
         *,
         local: bool = False,
         index: int = 0,
+        store_failure: DecisionReason | None = None,
     ) -> Decision:
         policy = self.policy
         if policy.algorithm is Algorithm.CONCURRENCY and reason is DecisionReason.ALLOWED:
@@ -323,6 +330,7 @@ class Attempt:
             lease,
             local,
             index,
+            store_failure,
         )
         if self._check and decision.allowed and reason in STORE_VERDICTS:
             return decision  # the handler runs: its consumption, if counted, is reported

@@ -98,6 +98,14 @@ class SentinelMetrics:
             ["endpoint_id"],
             registry=registry,
         )
+        self.store_failures = Counter(
+            "sentinel_store_failures_total",
+            "Redis calls of a decision that failed, by cause (redis_timeout, "
+            "redis_connection_error, redis_noscript_retry), whatever the fail mode made of "
+            "them (a fail-closed denial's decision_reason is fail_closed).",
+            ["endpoint_id", "cause"],
+            registry=registry,
+        )
         self.exempt = Counter(
             "sentinel_exempt",
             "Requests exempt from limiting (the exempt section or a sentinel_exempt plugin).",
@@ -117,6 +125,7 @@ class SentinelMetrics:
         self._duration_children: dict[str, Any] = {}
         self._shadow_children: dict[tuple[str, DecisionReason], Any] = {}
         self._local_children: dict[str, Any] = {}
+        self._failure_children: dict[tuple[str, DecisionReason], Any] = {}
 
     def track(self, state: BreakerState, breaker: CircuitBreaker | None = None) -> int:
         """Start following one breaker, in ``state`` now; returns the token its updates
@@ -164,6 +173,14 @@ class SentinelMetrics:
                     decision.endpoint_id, decision.reason.value
                 )
             shadow.inc()
+        if decision.store_failure is not None:
+            failure_key = (decision.endpoint_id, decision.store_failure)
+            failures = self._failure_children.get(failure_key)
+            if failures is None:
+                failures = self._failure_children[failure_key] = self.store_failures.labels(
+                    decision.endpoint_id, decision.store_failure.value
+                )
+            failures.inc()
         if decision.local:
             local = self._local_children.get(decision.endpoint_id)
             if local is None:
