@@ -27,7 +27,10 @@ decorated; ``POST /v1/login`` (anonymous: device cookie and client IP) is guarde
 ``routes`` of the middleware. Secrets come from ``SENTINEL_JWT_KEY`` and
 ``SENTINEL_COOKIE_SECRET``; the defaults are for development only.
 ``SENTINEL_SOCKET_TIMEOUT_MS`` (default 20) and ``SENTINEL_BREAKER_OPEN_SECONDS``
-(default 30) set the budget of a Redis call and the breaker's quarantine.
+(default 30) set the budget of a Redis call and the breaker's quarantine;
+``SENTINEL_FALLBACK_RATE`` (default 2/second), ``SENTINEL_FALLBACK_SCOPE`` (``process``,
+the default, or ``fleet``) and ``SENTINEL_FLEET_HEARTBEAT_SECONDS`` (default 5) the
+fail-open allowance of ``/v1/tailor``.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ SENTINEL = {
     "redis_url": os.environ.get("SENTINEL_REDIS_URL", "memory://"),
     "socket_timeout_ms": int(os.environ.get("SENTINEL_SOCKET_TIMEOUT_MS", "20")),
     "breaker": {"open_seconds": int(os.environ.get("SENTINEL_BREAKER_OPEN_SECONDS", "30"))},
+    "fleet_heartbeat_seconds": int(os.environ.get("SENTINEL_FLEET_HEARTBEAT_SECONDS", "5")),
     "jwt": {"algorithms": ["HS256"], "key": os.environ.get("SENTINEL_JWT_KEY", DEV_JWT_KEY)},
     "anonymous": {
         "cookie_secret": os.environ.get("SENTINEL_COOKIE_SECRET", DEV_COOKIE_SECRET),
@@ -74,7 +78,8 @@ SENTINEL = {
             "rate": "5/second",
             "burst": 20,
             "fail_mode": "open",
-            "fallback_rate": "2/second",
+            "fallback_rate": os.environ.get("SENTINEL_FALLBACK_RATE", "2/second"),
+            "fallback_scope": os.environ.get("SENTINEL_FALLBACK_SCOPE", "process"),
         },
         "auth.login": {
             "algorithm": "token_bucket",

@@ -18,6 +18,10 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 DECISIONS = "sentinel_decisions_total"
 BREAKER_STATE = "sentinel_breaker_state"
+FAIL_OPEN_REASONS = frozenset(
+    {"redis_timeout", "redis_connection_error", "redis_noscript_retry", "circuit_open"}
+)
+"""The reasons of a request the emergency limiter admitted while Redis was unavailable."""
 
 
 class ServerMetrics:
@@ -36,6 +40,22 @@ class ServerMetrics:
         for path in self.directory.glob("counter_*.db"):
             pid = int(path.stem.rsplit("_", 1)[1])
             counts[pid] = sum(_decisions(MultiProcessCollector.merge([str(path)])).values())
+        return counts
+
+    def fail_open_admissions(self, endpoint_id: str) -> dict[int, int]:
+        """pid -> requests of ``endpoint_id`` that worker's emergency limiter admitted."""
+        counts: dict[int, int] = {}
+        for path in self.directory.glob("counter_*.db"):
+            pid = int(path.stem.rsplit("_", 1)[1])
+            counts[pid] = sum(
+                int(sample.value)
+                for metric in MultiProcessCollector.merge([str(path)])
+                for sample in metric.samples
+                if sample.name == DECISIONS
+                and sample.labels["endpoint_id"] == endpoint_id
+                and sample.labels["allowed"] == "true"
+                and sample.labels["decision_reason"] in FAIL_OPEN_REASONS
+            )
         return counts
 
     def breaker_states(self) -> dict[int, int]:

@@ -120,10 +120,14 @@ DEPLOYMENTS = (
 
 @dataclass(frozen=True)
 class Tuning:
-    """What the example reads from the environment: the Redis budget and the breaker."""
+    """What the example reads from the environment: the Redis budget, the breaker, and
+    ``resumint.tailor``'s fail-open allowance (its rate, per process or per fleet)."""
 
     socket_timeout_ms: int
     open_seconds: int = 30
+    fallback_rate: str = "2/second"
+    fallback_scope: str = "process"
+    fleet_heartbeat_seconds: int = 5
 
 
 class AppServer:
@@ -149,6 +153,9 @@ class AppServer:
             SENTINEL_JWT_KEY=HS_SECRET,
             SENTINEL_SOCKET_TIMEOUT_MS=str(self.tuning.socket_timeout_ms),
             SENTINEL_BREAKER_OPEN_SECONDS=str(self.tuning.open_seconds),
+            SENTINEL_FALLBACK_RATE=self.tuning.fallback_rate,
+            SENTINEL_FALLBACK_SCOPE=self.tuning.fallback_scope,
+            SENTINEL_FLEET_HEARTBEAT_SECONDS=str(self.tuning.fleet_heartbeat_seconds),
             PROMETHEUS_MULTIPROC_DIR=str(self.metrics.directory),
             DJANGO_DEBUG="0",
         )
