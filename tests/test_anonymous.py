@@ -289,16 +289,38 @@ def test_when_the_device_denies_the_network_bucket_is_untouched(
 def test_devices_behind_one_nat_each_get_their_own_burst_until_the_network_is_spent(
     redis_url: str, algorithm: str
 ) -> None:
-    sentinel = make_sentinel(config(redis_url, algorithm=algorithm, network=5))
+    sentinel = make_sentinel(config(redis_url, algorithm=algorithm, burst=3, network=7))
     try:
         nat = "198.51.100.77"
         devices = [login(sentinel, nat).cookie for _ in range(3)]  # three devices, one each
         assert all(cookie is not None for cookie in devices)
         values = [cookie.value for cookie in devices if cookie is not None]
-        assert login(sentinel, nat, values[0]).allowed  # device 0: its second
-        assert login(sentinel, nat, values[0]).status == 429  # device 0 is spent...
-        assert login(sentinel, nat, values[1]).allowed  # ...device 1 is not: 5 of 5
+        assert [login(sentinel, nat, values[0]).status for _ in range(3)] == [200, 200, 429]
+        assert login(sentinel, nat, values[1]).allowed  # device 1 is not spent: 6 of 7
+        assert login(sentinel, nat, values[1]).allowed  # 7 of 7
         assert login(sentinel, nat, values[2]).status == 429  # now the network is spent
+    finally:
+        sentinel.close()
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_requests_without_a_cookie_share_one_new_devices_bucket_per_network(
+    redis_url: str, algorithm: str
+) -> None:
+    """Issue 26: each cookie-less request was a fresh device, so only the network bucket
+    (ten devices' worth) bound a client that drops its cookies: 50 of a "5/minute"
+    login. They share one bucket per network, sized like a device's."""
+    sentinel = make_sentinel(config(redis_url, algorithm=algorithm, burst=5, network=50))
+    try:
+        statuses = [login(sentinel, "203.0.113.80").status for _ in range(50)]
+        assert statuses == [200] * 5 + [429] * 45
+        assert login(sentinel, "203.0.113.81").allowed  # another network's new devices
+        # A device that keeps its cookie has its own bucket, first request included.
+        kept = login(sentinel, "203.0.113.82").cookie
+        assert kept is not None
+        assert [login(sentinel, "203.0.113.82", kept.value).status for _ in range(5)] == (
+            [200] * 4 + [429]
+        )
     finally:
         sentinel.close()
 
@@ -336,9 +358,10 @@ def test_each_anonymous_decision_is_one_script_call_reading_both_buckets(
     delta = {name: after[name] - before.get(name, 0) for name in after}
     changed = {name: count for name, count in delta.items() if count and name != "info"}
     assert [o.status for o in outcomes] == [200] * 6 + [429] * 3
-    # One EVALSHA per decision; inside it one TIME, a GET of each of the two buckets,
-    # and a SET of each only when both admitted (denials write nothing).
-    assert changed == {"evalsha": 9, "time": 9, "get": 18, "set": 12}
+    # One EVALSHA per decision; inside it one TIME, a GET of each of its buckets (no
+    # cookie: the network's new devices, the device minted for it, the network), and a
+    # SET of each only when all admitted (denials write nothing).
+    assert changed == {"evalsha": 9, "time": 9, "get": 27, "set": 18}
 
 
 def test_an_unknown_or_forged_cookie_gets_a_new_device_on_allowed_responses_only(

@@ -91,6 +91,9 @@ def test_one_device_cookie_is_minted_for_every_anonymous_policy_of_a_request() -
     assert cookie is not None
     assert len({charge.identity.hash for charge in admission.charges}) == 1
     assert [c.outcome.cookie for c in admission.charges] == [cookie, cookie]
+    # Both charge the network's new devices and the one device of the cookie set.
+    device_id = cookie.value.split(".")[1]
+    assert [getattr(c.identity, "minted", None) for c in admission.charges] == [device_id] * 2
 
 
 def test_no_device_cookie_on_a_response_that_refuses_the_request() -> None:

@@ -31,7 +31,7 @@ from typing import Any, Protocol, TypeVar
 
 from sentinel_core._models import STORE_VERDICTS, Decision, Policy
 from sentinel_core.http._outcome import EXEMPT, Cookie, HttpLayer, Outcome, Prepared, RequestView
-from sentinel_core.identity._keys import Identity
+from sentinel_core.identity._keys import AnonymousIdentity, Identity
 
 T = TypeVar("T")
 
@@ -179,19 +179,23 @@ def admission(
     """Admit ``request`` on ``endpoint_ids``: every identity first (a 401 costs no store
     call), then one decision per id in order, stopping at the first denial."""
     prepared: list[tuple[Policy, Prepared]] = []
-    view = request
     cookie: Cookie | None = None
+    minted: str | None = None
     for endpoint_id in endpoint_ids:
         policy = policy_of(endpoint_id)
-        found = http.prepare(policy, view)
+        found = http.prepare(policy, request)
         if found is EXEMPT:
             continue  # never limited for this id: nothing to decide or charge
         if not isinstance(found, Prepared):
             return [], found
-        if found.cookie is not None:
-            # The next anonymous policy must see the device just minted, not mint another.
-            cookie = found.cookie
-            view = dataclasses.replace(view, cookies={**view.cookies, cookie.name: cookie.value})
+        identity = found.identity
+        if found.cookie is not None and isinstance(identity, AnonymousIdentity):
+            # No cookie: every anonymous policy charges the network's new devices and
+            # the one device minted first, whose cookie the response sets.
+            if cookie is None:
+                cookie, minted = found.cookie, identity.minted
+            else:
+                found = Prepared(dataclasses.replace(identity, minted=minted), cookie)
         prepared.append((policy, found))
     charges: list[Charge] = []
     for policy, found in prepared:

@@ -31,7 +31,7 @@ from sentinel_core._models import (
 from sentinel_core._plugins import Hooks
 from sentinel_core.config._schema import SentinelConfig
 from sentinel_core.errors import ConfigError, UnknownEndpointError
-from sentinel_core.identity._anonymous import DeviceCookies, client_network
+from sentinel_core.identity._anonymous import NEW_DEVICES, DeviceCookies, client_network
 from sentinel_core.identity._client_address import ClientAddresses
 from sentinel_core.identity._exempt import Exemptions
 from sentinel_core.identity._jwt import AuthError, JwtVerifier
@@ -271,17 +271,22 @@ class HttpLayer:
         return []
 
     def _anonymous(self, request: RequestView, client: str | None) -> Prepared:
+        """The device of a genuine cookie; without one, the network's "new devices"
+        bucket (SPEC §2) and the device minted for the allowed response's cookie: a
+        client that drops its cookies gets one device's limit per network, not the
+        network's, and one that keeps them its device's limit, first request included."""
         assert self._cookies is not None  # the config loader requires the section
         settings = self._cookies.config
         device_id = self._cookies.verify(request.cookies.get(settings.cookie_name))
-        cookie = None
-        if device_id is None:
-            device_id, value = self._cookies.mint()
-            cookie = Cookie(
-                settings.cookie_name, value, settings.cookie_max_age_seconds, settings.secure
-            )
         secret = anonymous_key_secret(settings.cookie_secret, settings.previous_cookie_secrets)
-        return Prepared(AnonymousIdentity(device_id, client_network(client), secret), cookie)
+        if device_id is not None:
+            return Prepared(AnonymousIdentity(device_id, client_network(client), secret), None)
+        minted, value = self._cookies.mint()
+        cookie = Cookie(
+            settings.cookie_name, value, settings.cookie_max_age_seconds, settings.secure
+        )
+        identity = AnonymousIdentity(NEW_DEVICES, client_network(client), secret, minted)
+        return Prepared(identity, cookie)
 
 
 @functools.lru_cache(maxsize=4096)

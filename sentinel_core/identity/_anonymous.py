@@ -13,6 +13,11 @@ forwarded, see `_client_address`): an IPv4 address as is (IPv4-mapped IPv6
 included), an IPv6 address by its /64 prefix (one subscriber owns a /64, so bucketing
 by address would hand each client 2**64 buckets), anything else one shared "unknown"
 bucket.
+
+A request without a genuine cookie is not a fresh device: it is charged to its
+network's `NEW_DEVICES` bucket, and the cookie minted for it counts from the next
+request on. A client that drops its cookies (a script, a brute-force tool) therefore
+gets one device's limit per network, not the network's ten devices' worth.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ from sentinel_core.identity._client_address import parse_address
 from sentinel_core.identity._keys import AnonymousIdentity, anonymous_key_secret
 
 COOKIE_VERSION = "v1"
+NEW_DEVICES = "new-devices"
+"""The device id every request without a genuine cookie is charged to, one bucket per
+network sized like a device's (SPEC §2): never a minted id (those are 22 characters of
+base64url), so no cookie can name it."""
 _DEVICE_ID_BYTES = 16
 _DEVICE_ID = re.compile(r"[A-Za-z0-9_-]{22}")
 _COOKIE = re.compile(r"v1\.([A-Za-z0-9_-]{22})\.([A-Za-z0-9_-]{43})")

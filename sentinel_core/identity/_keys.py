@@ -118,13 +118,20 @@ class AnonymousIdentity:
     device_id: str
     network: str
     secret: bytes = field(repr=False)
+    minted: str | None = field(default=None, repr=False)
+    """A request without a genuine cookie: ``device_id`` is then the network's new
+    devices (`identity._anonymous.NEW_DEVICES`), whose bucket decides with the
+    network's, and this is the device id minted for it, whose own bucket pays too (it
+    admits, being new): a device's first request counts against it like the others."""
     hash: str = field(init=False, repr=False)
     _network_hash: str = field(init=False, repr=False)
-    _device_hash: str = field(init=False, repr=False)
+    _device_hashes: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_network_hash", keyed_hash(self.secret, self.network))
-        object.__setattr__(self, "_device_hash", keyed_hash(self.secret, self.device_id))
+        devices = (self.device_id,) if self.minted is None else (self.device_id, self.minted)
+        hashes = tuple(keyed_hash(self.secret, device) for device in devices)
+        object.__setattr__(self, "_device_hashes", hashes)
         both = keyed_hash(self.secret, f"{self.device_id}|{self.network}")
         object.__setattr__(self, "hash", both)
 
@@ -132,22 +139,18 @@ class AnonymousIdentity:
         return f"AnonymousIdentity(hash={self.hash[:12]}...)"
 
     def bucket_keys(self, policy: Policy) -> tuple[str, ...]:
-        """The device's key, then the network's; a layered policy's device keys (one per
-        limit, the first under the plain key and a layer ``i`` under ``:i``), then its
-        network keys alike. The network's last key is the call's last (`LocalDenials`)."""
+        """The device's key (a new device's: the network's new devices, then its own),
+        then the network's; a layered policy's keys of each (one per limit, the first
+        under the plain key and a layer ``i`` under ``:i``), in that order. The
+        network's last key is the call's last (`LocalDenials`)."""
         tag = f"{{{self._network_hash}}}"
         suffix = f"{policy.endpoint_id}:{policy.version}"
-        device = f"sentinel:v2:{tag}:d:{self._device_hash}:{suffix}"
-        network = f"sentinel:v2:{tag}:n:{suffix}"
+        bases = [f"sentinel:v2:{tag}:d:{digest}:{suffix}" for digest in self._device_hashes]
+        bases.append(f"sentinel:v2:{tag}:n:{suffix}")
         if not policy.layers:
-            return (device, network)
+            return tuple(bases)
         layers = range(1, len(policy.layers) + 1)
-        return (
-            device,
-            *(f"{device}:{index}" for index in layers),
-            network,
-            *(f"{network}:{index}" for index in layers),
-        )
+        return tuple(key for base in bases for key in (base, *(f"{base}:{i}" for i in layers)))
 
 
 Identity = TenantIdentity | AnonymousIdentity

@@ -70,10 +70,12 @@ def bucket_parameters(algorithm: Algorithm, rate: Rate, burst: int, cost: int) -
 def script_args(policy: Policy, mode: Mode = Mode.DECIDE, keys: int = 1) -> tuple[int, ...]:
     """The ARGV of a call of ``policy`` over ``keys`` buckets (see each script's header):
     the mode, then one set per limit of a layered policy, the device's sets then the
-    network's for the anonymous AND, or else the policy's own set for every key."""
+    network's for the anonymous AND (a new device's: the network's new devices' sets,
+    its own, then the network's), or else the policy's own set for every key."""
     limits = policy.limits
-    if policy.network_limits and keys == 2 * len(limits):
-        limits += policy.network_limits
+    groups, rest = divmod(keys, len(limits))
+    if policy.network_limits and not rest and groups in (2, 3):
+        limits = limits * (groups - 1) + policy.network_limits
     elif not (policy.layers and keys == len(limits)):
         own = bucket_parameters(policy.algorithm, policy.rate, policy.burst, policy.cost)
         return (int(mode), *own * keys)

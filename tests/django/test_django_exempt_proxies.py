@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django_harness import Configure, Http
 
-from tests.support.adapter_config import bearer
+from tests.support.adapter_config import bearer, five_a_minute_login
 from tests.support.exemptions import (
     EXEMPT_NETWORK,
     EXEMPT_PROXY,
@@ -106,6 +106,22 @@ def logins(http: Http, peer: str, forwarded_for: list[str]) -> list[int]:
         response = http.post(f"{http.prefix}/login", peer=peer, **{"X-Forwarded-For": address})
         statuses.append(response.status_code)
     return statuses
+
+
+@pytest.mark.security
+def test_a_client_that_drops_its_cookies_gets_one_devices_limit_not_the_networks(
+    http: Http, configure: Configure, redis_url: str
+) -> None:
+    """Issue 26: every cookie-less request was a fresh device, so only the network bucket
+    (ten devices' worth) bound it: 50 of a "5/minute" login. They share the network's
+    new devices bucket, sized like one device's."""
+    config = five_a_minute_login(configure())
+    configure(policies=config["policies"])
+    statuses = []
+    for _ in range(12):
+        http.cookies.clear()
+        statuses.append(http.post(f"{http.prefix}/login", peer=UNTRUSTED).status_code)
+    assert statuses == [200] * 5 + [429] * 7
 
 
 @pytest.mark.security

@@ -10,7 +10,7 @@ import pytest
 from tests.fastapi.apps import MakeApp, Probe
 from tests.fastapi.conftest import serve
 from tests.fastapi.test_fastapi_http import Decisions
-from tests.support.adapter_config import bearer
+from tests.support.adapter_config import bearer, five_a_minute_login
 from tests.support.exemptions import (
     EXEMPT_PROXY,
     EXEMPT_TENANT,
@@ -126,6 +126,19 @@ async def logins(http: httpx.AsyncClient, forwarded_for: list[str]) -> list[int]
         response = await http.post("/auth/login", headers={"X-Forwarded-For": address})
         statuses.append(response.status_code)
     return statuses
+
+
+@pytest.mark.security
+async def test_a_client_that_drops_its_cookies_gets_one_devices_limit_not_the_networks(
+    make_app: MakeApp, redis_url: str
+) -> None:
+    """Issue 26: every cookie-less request was a fresh device, so only the network bucket
+    (ten devices' worth) bound it: 50 of a "5/minute" login. They share the network's
+    new devices bucket, sized like one device's."""
+    app = make_app(five_a_minute_login(exemptions_config(redis_url)))
+    async with serve(app, peer=(UNTRUSTED, 4000)) as http:
+        statuses = await logins(http, [UNTRUSTED] * 12)
+    assert statuses == [200] * 5 + [429] * 7
 
 
 @pytest.mark.security

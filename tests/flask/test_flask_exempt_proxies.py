@@ -9,7 +9,7 @@ import pytest
 from flask import Flask
 
 from tests.flask.apps import MakeApp
-from tests.support.adapter_config import bearer
+from tests.support.adapter_config import bearer, five_a_minute_login
 from tests.support.exemptions import (
     EXEMPT_PROXY,
     EXEMPT_TENANT,
@@ -91,6 +91,18 @@ def logins(app: Flask, peer: str, forwarded_for: list[str]) -> list[int]:
         post(app, "/auth/login", peer=peer, **{"X-Forwarded-For": address}).status_code
         for address in forwarded_for
     ]
+
+
+@pytest.mark.security
+def test_a_client_that_drops_its_cookies_gets_one_devices_limit_not_the_networks(
+    make_app: MakeApp, redis_url: str
+) -> None:
+    """Issue 26: every cookie-less request was a fresh device, so only the network bucket
+    (ten devices' worth) bound it: 50 of a "5/minute" login. They share the network's
+    new devices bucket, sized like one device's."""
+    app = make_app(five_a_minute_login(exemptions_config(redis_url)))
+    statuses = [post(app, "/auth/login").status_code for _ in range(12)]  # a new client each
+    assert statuses == [200] * 5 + [429] * 7
 
 
 @pytest.mark.security

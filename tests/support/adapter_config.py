@@ -54,6 +54,15 @@ def spec_config(redis_url: str, **overrides: Any) -> dict[str, Any]:
     return config
 
 
+def five_a_minute_login(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with ``auth.login`` at "5/minute" a device and the network's default
+    (ten devices' worth): issue 26's login that a client dropping its cookies got 50
+    times a minute."""
+    login = {"algorithm": "token_bucket", "rate": "5/minute", "identity": "anonymous"}
+    policies = {**config["policies"], "auth.login": {**login, "fail_mode": "closed"}}
+    return {**config, "policies": policies}
+
+
 def bearer(tenant: str, *, key: str = JWT_KEY, expires_in: int = 300, **claims: Any) -> str:
     """An ``Authorization`` header value with a valid HS256 token for ``tenant``."""
     payload = {"sub": tenant, "exp": int(time.time()) + expires_in, **claims}
