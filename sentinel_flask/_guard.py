@@ -32,6 +32,7 @@ from ._translate import (
     decorate_response,
     denial_error,
     denial_response,
+    handles,
     request_view,
 )
 
@@ -72,8 +73,8 @@ def admit_request(
     denial = admission.denial
     if denial is not None:
         response = denial_response(app, denial)
-        if denial.decision is None:
-            return response  # a 401: no decision for the app to render
+        if denial.decision is None or not handles(app, denial.status):
+            return response  # a 401 (no decision), or no handler of the app's would take it
         setattr(g, _DENIAL, denial)
         raise denial_error(denial.decision, response)
     setattr(g, _ADMISSION, admission)

@@ -107,6 +107,20 @@ def denial_error(decision: Decision, response: Response) -> HTTPException:
     return RateLimiterUnavailable(decision, response)
 
 
+def handles(app: Flask, status: int) -> bool:
+    """Whether an error handler of ``app`` or of one of its blueprints is registered for
+    ``status`` (429 or 503) or for a class of its exception (``HTTPException``,
+    ``Exception``). Without one the denial is answered as is: an exception Flask
+    would only turn back into the same response costs a flood of denials for nothing."""
+    error_class = RateLimitExceeded if status == 429 else RateLimiterUnavailable
+    for handlers in app.error_handler_spec.values():
+        if handlers.get(status) or any(
+            cls in error_class.__mro__ for cls in handlers.get(None, ())
+        ):
+            return True
+    return False
+
+
 def add_denial_headers(response: Response, outcome: Outcome) -> None:
     """A denial's Retry-After and RateLimit fields on the response an error handler made
     (set, not added: the unhandled denial's own response has them already)."""

@@ -196,6 +196,11 @@ def test_without_a_handler_the_denial_is_spec_4s(
     make: Callable[..., Flask], redis_url: str
 ) -> None:
     app = make(user_config(redis_url))
+
+    @app.errorhandler(404)
+    def not_found(error: HTTPException) -> tuple[str, int]:
+        return "not here", 404
+
     client = app.test_client()
     statuses(client, 3)
     denied = client.get("/search")
