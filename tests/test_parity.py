@@ -63,6 +63,10 @@ GARBAGE_STATES = [
     "1" + "9" * 30 + "0{phase}",  # counts above the limit count as the limit
     "9" * 30 + "00{phase}",
     "1" + "0" * 8 + "{limit}0{phase}",  # zeros before a count
+    "1" + "0" * 11 + "{limit}0{phase}",  # 15 digits: the script splits it by arithmetic
+    "1" + "0" * 12 + "{limit}0{phase}",  # 16: past 2^53 for some, split as a string
+    "2" + "0" * 11 + "{limit}0{phase}",
+    "2" + "0" * 12 + "{limit}0{phase}",
 ]
 
 PARITY_SETTINGS = settings(

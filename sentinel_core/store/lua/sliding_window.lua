@@ -54,25 +54,42 @@ for i = 1, #KEYS do
   local current, previous, ahead = 0, 0, 0
   if mode ~= '2' then
     local state = redis.pcall('GET', KEYS[i])
-    if type(state) == 'string' then
-      local counts, digits, phase = string.match(state, '^([1-9]%d*)(%d)(%d)$')
-      if counts and #counts > digits + 1 then
-        local c = tonumber(string.sub(counts, 1, -digits - 2)) - 1
-        local p = tonumber(string.sub(counts, -digits - 1))
-        local distance = (index - phase) % 10
-        if distance == 0 then
-          current, previous = c, p
-        elseif distance == 1 then
-          previous = c
-        elseif distance == 9 then
-          -- TIME went back across a window edge (a failover): keep the newer window,
-          -- and wait for it
-          current, previous, index = c, p, index + 1
-          ahead, elapsed = index * window - now, 0
+    local c, p, phase
+    if type(state) == 'string' and string.find(state, '^[1-9]%d*$') then
+      if #state <= 15 then
+        -- exact in a double (below 2^53): split by arithmetic, no string made
+        local v = tonumber(state)
+        phase = v % 10
+        v = (v - phase) / 10
+        local scale = 10 ^ (v % 10 + 1)
+        v = (v - v % 10) / 10
+        if v >= scale then
+          p = v % scale
+          c = (v - p) / scale - 1
         end
-        if current > limit then current = limit end
-        if previous > limit then previous = limit end
+      else
+        local counts, digits
+        counts, digits, phase = string.match(state, '^(%d+)(%d)(%d)$')
+        if #counts > digits + 1 then
+          c = tonumber(string.sub(counts, 1, -digits - 2)) - 1
+          p = tonumber(string.sub(counts, -digits - 1))
+        end
       end
+    end
+    if c then
+      local distance = (index - phase) % 10
+      if distance == 0 then
+        current, previous = c, p
+      elseif distance == 1 then
+        previous = c
+      elseif distance == 9 then
+        -- TIME went back across a window edge (a failover): keep the newer window,
+        -- and wait for it
+        current, previous, index = c, p, index + 1
+        ahead, elapsed = index * window - now, 0
+      end
+      if current > limit then current = limit end
+      if previous > limit then previous = limit end
     end
   end
   local room = limit * window - previous * (window - elapsed) - current * window
