@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import click
-from flask import current_app
+from flask import Flask, current_app
 from flask.cli import AppGroup
 
+from sentinel_core import ConfigError, UnknownEndpointError
 from sentinel_core.cli import app_main
 
 from ._config import config_source, describe_source
@@ -25,11 +26,14 @@ _COMMANDS = {
 }
 
 
-def sentinel_commands() -> AppGroup:
-    """The ``sentinel`` command group of one app's ``flask`` command line."""
+def sentinel_commands(validate: Callable[[Flask], None]) -> AppGroup:
+    """The ``sentinel`` command group of one app's ``flask`` command line; ``check``
+    also runs ``validate(app)`` (`Sentinel.validate`: the views' endpoint ids, the
+    ``routes`` entries against the app's rules)."""
     group = AppGroup("sentinel", help="Sentinel's operator tools on this app's configuration.")
     for name, text in _COMMANDS.items():
-        command = click.argument("arguments", nargs=-1, type=click.UNPROCESSED)(_runner(name))
+        runner = _runner(name, validate)
+        command = click.argument("arguments", nargs=-1, type=click.UNPROCESSED)(runner)
         group.command(
             name,
             help=f"{text} Run `{PROG} {name} --help` for its arguments.",
@@ -39,11 +43,23 @@ def sentinel_commands() -> AppGroup:
     return group
 
 
-def _runner(name: str) -> Callable[[tuple[str, ...]], None]:
+def _runner(name: str, validate: Callable[[Flask], None]) -> Callable[[tuple[str, ...]], None]:
     def run(arguments: tuple[str, ...]) -> None:
-        app = current_app
+        app: Flask = current_app._get_current_object()  # type: ignore[attr-defined]
+
+        def problems() -> list[str]:
+            try:
+                validate(app)
+            except (UnknownEndpointError, ConfigError) as exc:
+                return [str(exc)]
+            return []
+
         code = app_main(
-            [name, *arguments], config=config_source(app), source=describe_source(app), prog=PROG
+            [name, *arguments],
+            config=config_source(app),
+            source=describe_source(app),
+            prog=PROG,
+            app_problems=problems,
         )
         click.get_current_context().exit(code)
 

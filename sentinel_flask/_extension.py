@@ -119,7 +119,7 @@ class Sentinel:
         app.before_request(_AppHooks().before_request if core.config.enabled else pass_through)
         app.after_request(finish_response)
         app.teardown_request(complete)
-        app.cli.add_command(sentinel_commands())
+        app.cli.add_command(sentinel_commands(validate_app))
 
     def validate(self, app: Flask | None = None) -> None:
         """Check ``app`` (the current app by default) as it is now: every endpoint id

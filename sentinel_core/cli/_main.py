@@ -47,6 +47,9 @@ from sentinel_core.config._schema import SentinelConfig, load_config
 from sentinel_core.errors import ConfigError, StoreError
 from sentinel_core.store._protocol import Check
 
+AppProblems = Callable[[], Sequence[str]]
+"""What an app's own ``check`` finds wrong in the app: one message per problem."""
+
 CHECK_TIMEOUT_MS = 2_000
 MAX_TIMEOUT_MS = 60_000
 """The largest --timeout-ms, as for socket_timeout_ms in a configuration."""
@@ -61,13 +64,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def app_main(
-    argv: Sequence[str], *, config: Mapping[str, Any] | str, source: str, prog: str
+    argv: Sequence[str],
+    *,
+    config: Mapping[str, Any] | str,
+    source: str,
+    prog: str,
+    app_problems: AppProblems | None = None,
 ) -> int:
     """Run ``check``, ``peek``, ``reset`` or ``usage`` on an app's configuration (what
     ``flask sentinel`` hands over); returns the exit code. ``source`` names the
-    configuration in messages, ``prog`` the command."""
+    configuration in messages, ``prog`` the command, and ``app_problems`` what ``check``
+    finds wrong in the app itself (see `add_app_commands`)."""
     parser = argparse.ArgumentParser(prog=prog, description=_APP_DESCRIPTION)
-    add_app_commands(parser, prog=prog, config=config, source=source)
+    add_app_commands(parser, prog=prog, config=config, source=source, app_problems=app_problems)
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # --help (0) or a usage error (2): argparse has said why
@@ -81,10 +90,13 @@ def add_app_commands(
     prog: str,
     config: Mapping[str, Any] | str | None = None,
     source: str | None = None,
+    app_problems: AppProblems | None = None,
 ) -> None:
     """Add ``check``, ``peek``, ``reset`` and ``usage`` to ``parser``, without their
     CONFIG argument: they read ``config`` (set ``args.config`` before `run` when it
-    is only known later, as Django's settings are).
+    is only known later, as Django's settings are). ``check`` also reports what
+    ``app_problems()`` finds wrong in the app (a view naming an endpoint id no policy
+    declares, a ``routes`` entry no route answers), and exits 2 when it finds anything.
 
     The commands' parsers are plain argparse ones whatever ``parser`` is (Django's
     ``CommandParser`` turns a usage error into a ``CommandError`` exiting 1): a usage
@@ -98,7 +110,7 @@ def add_app_commands(
     _add_check(commands, config_argument=False)
     add_admin_commands(commands, config_argument=False)
     add_usage_command(commands, config_argument=False)
-    parser.set_defaults(config=config, source=source, prog=prog)
+    parser.set_defaults(config=config, source=source, prog=prog, app_problems=app_problems)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -179,6 +191,15 @@ def run_check(args: argparse.Namespace) -> int:
     config = dataclasses.replace(config, redis_url=url, socket_timeout_ms=args.timeout_ms)
     origin = "--redis" if args.redis else "redis_url"
     _report(Check("config", True, f"{_config_summary(config)}; {origin} {redact_url(url)}"))
+    app_problems: AppProblems | None = getattr(args, "app_problems", None)
+    if app_problems is not None:
+        problems = app_problems()
+        for problem in problems:
+            _report(Check("app", False, problem))
+        if problems:
+            say(f"result: FAIL (the app: {len(problems)} {_plural(len(problems), 'problem')})")
+            return EXIT_USAGE
+        _report(Check("app", True, "every view's and routes entry's endpoint id is guardable"))
     try:
         sentinel = Sentinel(config, registry=CollectorRegistry())
     except Exception as exc:  # a third-party plugin failed to load: say which, then stop

@@ -128,3 +128,13 @@ def test_manage_py_runs_it_without_the_jwt_secret(
     assert "usage: manage.py sentinel peek" in wrong.stderr
     for result in (reset, check, wrong):
         assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_check_reports_sentinels_system_check_errors(
+    configure: Configure, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configure(routes={"POST no/such/route": "pdftalk.ingest"})
+    code, out = command(capsys, "check")
+    assert code == 2, out
+    assert "sentinel.E004" in out
+    assert "result: FAIL (the app: 1 problem)" in out

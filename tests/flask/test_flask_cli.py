@@ -9,6 +9,7 @@ from pathlib import Path
 from click.testing import Result
 from flask import Flask
 
+from sentinel_flask import rate_limited
 from tests.flask.apps import MakeApp
 from tests.support.adapter_config import spec_config
 from tests.support.redis_admin import RedisAdmin
@@ -80,3 +81,21 @@ def test_usage_errors_exit_2_with_the_commands_own_help(make_app: MakeApp, redis
     assert help_text.exit_code == 0
     assert "flask sentinel peek" in help_text.output
     assert "--device" in help_text.output
+
+
+def test_check_reports_a_view_naming_an_unknown_endpoint_id(
+    make_app: MakeApp, redis_url: str
+) -> None:
+    app = make_app(spec_config(redis_url))
+
+    @app.get("/late")
+    @rate_limited("no.such.policy")
+    def late() -> str:  # registered after init_app: only the first request would see it
+        return "late"
+
+    result = invoke(app, "check")
+    assert result.exit_code == 2, result.output
+    assert "FAIL  app" in result.output
+    assert "no.such.policy" in result.output
+    assert result.output.rstrip().endswith("result: FAIL (the app: 1 problem)")
+    assert "PASS  app" in invoke(make_app(spec_config(redis_url)), "check").output
