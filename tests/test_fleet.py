@@ -441,3 +441,10 @@ def test_a_heartbeat_on_a_dead_redis_keeps_the_counts() -> None:
     assert not heartbeat.beat()
     assert share.divisor("api.x") == 3
     heartbeat.stop()
+
+
+async def test_aclose_stops_the_heartbeat(redis_server: RedisServer) -> None:
+    sentinel = fleet_sentinel(redis_server.url)
+    heartbeat = heartbeat_of(sentinel)
+    await sentinel.aclose()
+    assert not heartbeat.beat()
