@@ -23,6 +23,7 @@ LUA_SCRIPTS = (
     "sentinel_core/store/lua/sliding_window.lua",
     "sentinel_core/store/lua/concurrency.lua",
     "sentinel_core/store/lua/quota.lua",
+    "sentinel_core/store/lua/fleet.lua",
 )
 USER_SUITE = Path(__file__).parent / "user_suite"
 NEVER_SHIPPED = ("tests/", "benchmarks/", "examples/", "docs/", ".ci/")
