@@ -153,8 +153,9 @@ class Sentinel:
     def plugin_manager(self) -> pluggy.PluginManager:
         """The pluggy `PluginManager` this instance calls its hooks through: register
         a plugin at runtime, or turn off a built-in observer by unregistering its name
-        (``sentinel.metrics``, ``sentinel.logging``, and ``sentinel.opentelemetry``
-        with ``opentelemetry = true``)."""
+        (``sentinel.metrics``, ``sentinel.logging``, ``sentinel.opentelemetry`` with
+        ``opentelemetry = true``, and ``sentinel.fleet`` with a ``fallback_scope =
+        "fleet"`` policy)."""
         return self._hooks.manager
 
     @property
