@@ -11,7 +11,7 @@ router does: the first route whose ``matches(scope)`` is a full match.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +60,11 @@ class RouteIndex:
         """How many routes the app had when this index was built."""
 
     @classmethod
-    def build(cls, routes: Sequence[BaseRoute], table: RouteTable) -> RouteIndex:
+    def build(
+        cls, routes: Sequence[BaseRoute], table: RouteTable, *, documentation: Collection[str] = ()
+    ) -> RouteIndex:
+        """The index of ``routes``; those at the ``documentation`` paths (FastAPI's own
+        pages) are left out of ``routes["*"]``, like Flask's static files."""
         entries: list[RouteEntry] = []
         for context in _contexts(routes):
             path = getattr(context, "path", None)
@@ -78,7 +82,8 @@ class RouteIndex:
                     decorated=tuple(dict.fromkeys(decorated)),
                     route=getattr(context, "original_route", context),
                     matches=context.matches,
-                    exempt=bool(getattr(endpoint, EXEMPT_ATTRIBUTE, False)),
+                    exempt=bool(getattr(endpoint, EXEMPT_ATTRIBUTE, False))
+                    or path in documentation,
                 )
             )
         return cls(entries, table, len(routes))
@@ -111,7 +116,7 @@ def route_index(app: Starlette, table: RouteTable) -> RouteIndex:
     (a route declared after startup is guarded like the others)."""
     index: RouteIndex | None = getattr(app.state, _STATE_KEY, None)
     if index is None or index.size != len(app.routes):
-        index = RouteIndex.build(app.routes, table)
+        index = RouteIndex.build(app.routes, table, documentation=_documentation_paths(app))
         setattr(app.state, _STATE_KEY, index)
     return index
 
@@ -119,6 +124,15 @@ def route_index(app: Starlette, table: RouteTable) -> RouteIndex:
 def reset_route_index(app: Starlette) -> None:
     """Forget the index, so startup sees the routes as they are when the app starts."""
     setattr(app.state, _STATE_KEY, None)
+
+
+def _documentation_paths(app: Starlette) -> frozenset[str]:
+    """The paths of FastAPI's own pages: the OpenAPI schema, Swagger UI (and its OAuth2
+    redirect) and ReDoc (None when turned off; a Starlette app has none)."""
+    names = ("openapi_url", "docs_url", "swagger_ui_oauth2_redirect_url", "redoc_url")
+    return frozenset(
+        url for url in (getattr(app, name, None) for name in names) if isinstance(url, str)
+    )
 
 
 def _endpoint_ids(function: object) -> tuple[str, ...]:

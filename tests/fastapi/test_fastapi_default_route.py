@@ -1,7 +1,7 @@
 """``routes["*"]`` and ``@exempt`` in FastAPI (SPEC §5, issue 27): every route no other
 entry and no decorator or dependency guards is charged to the default; ``@exempt``
-operations and unrouted requests are not; a decorated, dependency-guarded or routed
-operation pays for its own id only."""
+operations, FastAPI's own documentation pages and unrouted requests are not; a
+decorated, dependency-guarded or routed operation pays for its own id only."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ async def test_the_default_guards_every_undecorated_route_and_shares_one_bucket(
 
 async def test_exempt_operations_and_404s_are_never_charged(redis_url: str) -> None:
     async with serve(build(redis_url)) as http:
-        for path in ("/health", "/exempt-above", "/nowhere"):
+        for path in ("/health", "/exempt-above", "/nowhere", "/docs", "/openapi.json"):
             responses = [await http.get(path) for _ in range(4)]
             assert {r.status_code for r in responses} == {404 if path == "/nowhere" else 200}
             assert all("RateLimit" not in r.headers for r in responses), path
