@@ -45,6 +45,7 @@ def test_pairs_in_bytes_as_asgi_sends_them_and_a_field_on_several_lines() -> Non
         (b"ratelimit-policy", b'"a";q=2;w=1'),
         (b"content-length", b"2"),
         (b"RateLimit-Policy", b'"b";q=5;w=60'),
+        (b"ratelimit-policy", b" "),
     ]
 
     assert ratelimit_headers(headers)["policy"] == {"a": {"q": 2, "w": 1}, "b": {"q": 5, "w": 60}}

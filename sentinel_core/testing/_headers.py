@@ -46,7 +46,7 @@ def ratelimit_headers(
     pairs = headers.items() if isinstance(headers, Mapping) else headers
     for name, value in pairs:
         key = _FIELDS.get(_text(name).lower())
-        if key is not None:
+        if key is not None and _text(value).strip(" "):  # an empty line adds no member
             lines.setdefault(key, []).append(_text(value))
     return {key: _members(key, ", ".join(lines.get(key, ()))) for key in _REQUIRED}
 
