@@ -18,6 +18,7 @@ from typing import Any, TypeVar, cast
 from ._guard import require_admitted
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 ENDPOINTS_ATTRIBUTE = "__sentinel_endpoints__"
 EXEMPT_ATTRIBUTE = "__sentinel_exempt__"
@@ -60,10 +61,11 @@ def rate_limited(endpoint_id: str) -> Callable[[F], F]:
     return decorate
 
 
-def exempt(view: F) -> F:
+def exempt(view: T) -> T:
     """Leave a view out of ``routes["*"]``, the default limit (SPEC §5): a health check,
-    a webhook with its own protection. Under or over ``@app.route``, on a view function
-    or a `MethodView` (class or method). ``@rate_limited`` and ``routes`` entries naming
+    a webhook with its own protection. Under or over ``@app.route``, on a view function,
+    a `MethodView` (class or method), or a `Blueprint` (every view it serves), as
+    Flask-Limiter's ``exempt`` does. ``@rate_limited`` and ``routes`` entries naming
     the view still apply: only the default passes it by."""
     setattr(view, EXEMPT_ATTRIBUTE, True)
     return view

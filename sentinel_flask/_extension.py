@@ -47,7 +47,7 @@ from sentinel_core import ConfigError, SentinelError
 
 from ._cli import sentinel_commands
 from ._config import config_source
-from ._decorator import all_endpoints, handler_endpoints, is_exempt
+from ._decorator import EXEMPT_ATTRIBUTE, all_endpoints, handler_endpoints, is_exempt
 from ._guard import (
     EXTENSION_KEY,
     admit_request,
@@ -193,6 +193,17 @@ def _unguardable_views(app: Flask, core: sentinel_core.Sentinel) -> frozenset[st
     return frozenset(broken)
 
 
+def _takes_default(app: Flask, native: Request, view: object) -> bool:
+    """Whether ``routes["*"]`` may charge the request: not for static files (the app's
+    or a blueprint's, as Flask-Limiter), an ``@exempt`` view, or a view of an
+    ``@exempt`` blueprint."""
+    endpoint = native.endpoint or ""
+    if endpoint == "static" or endpoint.endswith(".static") or is_exempt(view, native.method):
+        return False
+    blueprints = (app.blueprints.get(name) for name in native.blueprints)
+    return not any(getattr(blueprint, EXEMPT_ATTRIBUTE, False) for blueprint in blueprints)
+
+
 class _AppHooks:
     """One app's ``before_request`` hook: the first-request validation and the
     admission. It lives on the app (registered as its hook), not on the extension, so
@@ -221,7 +232,7 @@ class _AppHooks:
         if rule.endpoint in self.unguardable:
             _check_view(core, view)  # raises its error again: a 500, logged
         decorated = handler_endpoints(view, method)
-        default = rule.endpoint != "static" and not is_exempt(view, method)
+        default = core.route_table.default is not None and _takes_default(app, native, view)
         endpoint_ids = core.route_table.charged(method, (rule.rule,), decorated, default=default)
         return admit_request(app, core, native, endpoint_ids) if endpoint_ids else None
 

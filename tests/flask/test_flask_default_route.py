@@ -1,13 +1,13 @@
 """``routes["*"]`` and ``@exempt`` in Flask (SPEC §5, issue 27): every route no other
-entry and no decorator guards is charged to the default; ``@exempt`` views, Flask's
-``static`` endpoint and unrouted requests are not; a decorated or routed view pays for
-its own id only."""
+entry and no decorator guards is charged to the default; ``@exempt`` views and
+blueprints, static files (the app's and a blueprint's) and unrouted requests are not; a
+decorated or routed view pays for its own id only."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from flask import Flask
+from flask import Blueprint, Flask
 from flask.views import MethodView
 
 from sentinel_flask import exempt, rate_limited
@@ -15,7 +15,7 @@ from tests.flask.apps import MakeApp
 from tests.support.default_route import DEFAULT_ID, OWN_ID, default_route_config, policy_names
 
 
-def views(app: Flask) -> None:
+def views(app: Flask, static: Path | None = None) -> None:
     @app.get("/plain")
     def plain() -> str:
         return "plain"
@@ -59,10 +59,23 @@ def views(app: Flask) -> None:
     app.add_url_rule("/quiet", view_func=Quiet.as_view("quiet"))
     app.add_url_rule("/half", view_func=Half.as_view("half"))
 
+    hooks = exempt(Blueprint("hooks", __name__, url_prefix="/hooks"))
+
+    @hooks.get("/ping")
+    def ping() -> str:
+        return "pong"
+
+    assets = Blueprint("assets", __name__, static_folder=static, static_url_path="/assets")
+    app.register_blueprint(hooks)
+    app.register_blueprint(assets)
+
 
 def make(make_app: MakeApp, redis_url: str, tmp_path: Path) -> Flask:
     (tmp_path / "logo.txt").write_text("logo", encoding="utf-8")
-    app = make_app(default_route_config(redis_url, **{"GET /routed": OWN_ID}), views=views)
+    app = make_app(
+        default_route_config(redis_url, **{"GET /routed": OWN_ID}),
+        views=lambda app: views(app, tmp_path),
+    )
     assert any(rule.endpoint == "static" for rule in app.url_map.iter_rules())
     app.static_folder = str(tmp_path)
     return app
@@ -83,7 +96,16 @@ def test_exempt_views_static_files_and_404s_are_never_charged(
 ) -> None:
     app = make(make_app, redis_url, tmp_path)
     client = app.test_client()
-    paths = ("/health", "/exempt-above", "/quiet", "/half", "/static/logo.txt", "/nowhere")
+    paths = (
+        "/health",
+        "/exempt-above",
+        "/quiet",
+        "/half",
+        "/hooks/ping",
+        "/static/logo.txt",
+        "/assets/logo.txt",
+        "/nowhere",
+    )
     for path in paths:
         responses = [client.get(path) for _ in range(4)]
         assert {r.status_code for r in responses} == {404 if path == "/nowhere" else 200}, path
