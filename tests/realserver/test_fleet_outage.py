@@ -24,7 +24,7 @@ from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.realserver]
 
-FOUR_WORKERS = [d for d in DEPLOYMENTS if d.name in ("fastapi-uvicorn-w4", "flask-gunicorn-w4")]
+FOUR_WORKERS = [d for d in DEPLOYMENTS if d.processes == 4]
 FALLBACK_PER_SECOND = 8
 """resumint.tailor's fallback_rate here: 2 a second per worker when four share it."""
 HEARTBEAT = 1
