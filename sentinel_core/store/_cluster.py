@@ -159,8 +159,8 @@ class SentinelManagedStore(RedisStore):
 
     def __init__(self, url: str, socket_timeout_ms: int) -> None:
         sentinels, service, sentinel_options, options = _sentinel_setup(url, socket_timeout_ms)
-        sentinel = redis.sentinel.Sentinel(sentinels, **sentinel_options)  # type: ignore[no-untyped-call]
-        self.client = sentinel.master_for(service, retry=Retry(NoBackoff(), 0), **options)  # type: ignore[no-untyped-call]
+        sentinel = redis.sentinel.Sentinel(sentinels, **sentinel_options)
+        self.client = sentinel.master_for(service, retry=Retry(NoBackoff(), 0), **options)
 
 
 class AsyncSentinelManagedStore(AsyncRedisStore):
@@ -168,7 +168,7 @@ class AsyncSentinelManagedStore(AsyncRedisStore):
 
     def _connect(self, url: str, socket_timeout_ms: int) -> redis.asyncio.Redis:
         sentinels, service, sentinel_options, options = _sentinel_setup(url, socket_timeout_ms)
-        self._sentinel = redis.asyncio.sentinel.Sentinel(sentinels, **sentinel_options)  # type: ignore[no-untyped-call]
+        self._sentinel = redis.asyncio.sentinel.Sentinel(sentinels, **sentinel_options)
         client: redis.asyncio.Redis = self._sentinel.master_for(
             service, retry=AsyncRetry(NoBackoff(), 0), **options
         )
