@@ -80,7 +80,10 @@ class Heartbeat:
                 return
             self._pid = pid
             self.member = f"{pid}:{secrets.token_hex(8)}"
-            self._store = None  # never a connection inherited from a parent process
+            # Nothing inherited from a parent process: not its connection, nor a lock
+            # its heartbeat thread held when the process forked (no thread here frees it).
+            self._store = None
+            self._io_lock = threading.Lock()
             self._stop = threading.Event()
             threading.Thread(
                 target=_beat_until_stopped,

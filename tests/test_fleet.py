@@ -448,3 +448,27 @@ async def test_aclose_stops_the_heartbeat(redis_server: RedisServer) -> None:
     heartbeat = heartbeat_of(sentinel)
     await sentinel.aclose()
     assert not heartbeat.beat()
+
+
+def test_a_forked_child_beats_with_its_own_lock_and_connection(
+    redis_server: RedisServer, client: Any
+) -> None:
+    """A child forked while its parent's heartbeat was mid-beat inherits that beat's lock
+    held, with no thread to free it: the child starts afresh (stood for here by a pid
+    that is not this process's)."""
+    heartbeat = Heartbeat(FleetShare(["api.x"]), redis_server.url, 1_000, 60)
+    heartbeat.ensure_running()
+    parent = heartbeat.member
+    heartbeat._io_lock.acquire()  # the parent's beat, in flight at the fork
+    heartbeat._pid = -1  # this process is now "the child"
+    before = set(fleet_threads())
+    heartbeat.ensure_running()
+    assert heartbeat.member != parent
+    [thread] = set(fleet_threads()) - before
+    for _ in range(500):
+        if client.zscore(fleet_key("api.x"), heartbeat.member) is not None:
+            break
+        threading.Event().wait(0.01)
+    assert client.zscore(fleet_key("api.x"), heartbeat.member) is not None
+    heartbeat.stop()
+    thread.join(timeout=10)
