@@ -16,6 +16,7 @@ from sentinel_core import ConfigError, Rate, Sentinel, load_config
 from sentinel_core.adapter import Outcome
 from sentinel_core.http._outcome import ratelimit_headers
 from sentinel_core.identity._keys import TenantIdentity
+from sentinel_core.testing import ratelimit_headers as parse_fields
 from tests.conftest import make_config
 from tests.support.http import make_sentinel, request_view
 from tests.support.tokens import COOKIE_SECRET
@@ -85,15 +86,18 @@ def test_retry_after_is_the_latest_of_the_denying_limits(make: Any, algorithm: s
 def test_headers_list_every_limit_and_report_the_binding_one(make: Any) -> None:
     sentinel = make(api=policy("token_bucket", ["10/second", "1000/day"]))
     decision = sentinel.evaluate("api", "tenant-a")
-    headers = dict(ratelimit_headers(decision))
-    items = headers["RateLimit-Policy"].split(", ")
-    assert [item.split(";")[0] for item in items] == ['"api/second"', '"api/day"']
-    assert [item.split(";")[1] for item in items] == ["q=10", "q=1000"]
-    assert headers["RateLimit"].startswith('"api/second";r=9;')
+    fields = parse_fields(ratelimit_headers(decision))
+    assert {name: member["q"] for name, member in fields["policy"].items()} == {
+        "api/second": 10,
+        "api/day": 1000,
+    }
+    assert list(fields["policy"]) == ["api/second", "api/day"]
+    assert list(fields["state"]) == ["api/second"]
+    assert fields["state"]["api/second"]["r"] == 9
     for _ in range(9):
         decision = sentinel.evaluate("api", "tenant-a")
     assert not sentinel.evaluate("api", "tenant-a").allowed
-    assert dict(ratelimit_headers(decision))["RateLimit"].startswith('"api/second";r=0;')
+    assert parse_fields(ratelimit_headers(decision))["state"]["api/second"]["r"] == 0
 
 
 def test_one_evalsha_per_decision_and_a_key_per_limit_in_one_slot(redis_url: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sentinel_core.testing import ratelimit_headers
 from tests.support.adapter_config import spec_config
 
 DEFAULT_ID = "auth.login"
@@ -29,6 +30,4 @@ def default_route_config(redis_url: str, **routes: str) -> dict[str, Any]:
 
 def policy_names(ratelimit_policy: str | None) -> list[str]:
     """The quota names a ``RateLimit-Policy`` field lists (empty when absent)."""
-    if not ratelimit_policy:
-        return []
-    return [item.split(";", 1)[0].strip().strip('"') for item in ratelimit_policy.split(",")]
+    return list(ratelimit_headers({"RateLimit-Policy": ratelimit_policy or ""})["policy"])
