@@ -6,6 +6,11 @@ for, calls `Sentinel.admit`/`aadmit`, answers the `Admission`'s denial or runs t
 handler, adds ``headers(status)`` and ``cookie(status)`` to the response, and calls
 ``complete``/``acomplete`` with the final status. No rule of SPEC §4 and §5 lives in an
 adapter; a fourth adapter is written against this module alone.
+
+With ``sentinel.config.enabled`` false (SPEC §2) an adapter checks that once, early, at
+each entry point, and then serves the request untouched: no admission, so no decision,
+field, cookie or store connection; its decorators' "did this request pass?" check
+finds the request admitted on `PASS_THROUGH`, which contains every endpoint id.
 """
 
 from sentinel_core.config._routes import duplicate_route_keys, route_key
