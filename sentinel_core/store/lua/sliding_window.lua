@@ -21,10 +21,12 @@
 --          its length): "<current + 1><previous><digits - 1><index mod 10>", e.g. 3
 --          and 12 in a window ending in 7 are "41217". It starts with a digit other
 --          than 0, so Redis keeps it as an integer (no string allocation: 88 B per
---          bucket, not 104) as long as it fits in 19 digits. Written with SET ... PX
---          only, on admission only; the TTL runs to the end of the next window, after
---          which the state can no longer affect a decision, so the index's last digit
---          tells its window from the current, the previous and the next one. A value
+--          bucket, not 104) as long as it fits in 19 digits. Made and read by
+--          arithmetic below 10^15 (exact in Lua's doubles), as a string above.
+--          Written with SET ... PX only, on admission only; the TTL runs to the end of
+--          the next window, after which the state can no longer affect a decision, so
+--          the index's last digit tells its window from the current, the previous and
+--          the next one. A value
 --          that does not parse (garbage, another type: GET fails with WRONGTYPE) is an
 --          empty bucket and is overwritten on the next admission, and so is a window
 --          older than the previous one or later than the next (up to five away either
@@ -97,8 +99,13 @@ for i = 1, #KEYS do
   last = 0
   if room >= cost * window then
     left = math.floor(room / window) - cost
-    local p = tostring(previous)
-    values[i] = (current + cost + 1) .. p .. (#p - 1) .. (index % 10)
+    local digits, scale = 0, 10  -- previous has digits + 1 digits, scale = 10^(digits + 1)
+    while scale <= previous do digits, scale = digits + 1, scale * 10 end
+    local value = ((current + cost + 1) * scale + previous) * 100 + digits * 10 + index % 10
+    if value >= 1e15 then  -- past what a double holds exactly: made as a string
+      value = (current + cost + 1) .. previous .. digits .. (index % 10)
+    end
+    values[i] = value
   else
     allowed = 0
     if room > 0 then left = math.floor(room / window) end
