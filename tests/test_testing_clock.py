@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sentinel_core import DecisionReason, Rate, Sentinel
-from sentinel_core.testing import SentinelClock, frozen_clock, reset_memory_stores
+from sentinel_core.testing import SentinelClock, frozen_clock, pytest_plugin, reset_memory_stores
 
 TENANT = "tenant-a"
 
@@ -183,3 +183,10 @@ def test_reset_memory_stores_leaves_redis_alone(redis_url: str) -> None:
         assert allowed(sentinel, 1) == [False]
     finally:
         sentinel.close()
+
+
+def test_the_plugin_defines_fixtures_and_no_hook() -> None:
+    """Inert until a test asks: nothing runs at collection, set-up or report time."""
+    names = {name for name in vars(pytest_plugin) if not name.startswith("_")}
+    assert not {name for name in names if name.startswith("pytest_")}
+    assert {"sentinel_clock", "sentinel_reset"} <= names
