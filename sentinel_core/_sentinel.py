@@ -450,6 +450,7 @@ class Sentinel:
 
     async def aguard(self, endpoint_id: str, request: RequestView) -> Outcome:
         """`guard` for asyncio servers."""
+        await self.http.aprefetch_keys(request)  # a JWKS fetch never runs on the loop
         prepared = self.http.prepare(self._engine.policy(endpoint_id), request)
         if not isinstance(prepared, Prepared):
             return prepared
@@ -466,6 +467,7 @@ class Sentinel:
 
     async def aadmit(self, request: RequestView, endpoint_ids: Sequence[str]) -> Admission:
         """`admit` for asyncio servers; complete it with ``acomplete``."""
+        await self.http.aprefetch_keys(request)  # a JWKS fetch never runs on the loop
         conversation = admission(self.http, self._engine.policy, request, endpoint_ids)
         charges, denial = await adrive(conversation, self._runner.async_)
         return Admission(request, charges, denial, self._runner)

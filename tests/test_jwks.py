@@ -6,6 +6,7 @@ the fetch timeout, never a 500). Timing rules run on an injected monotonic clock
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterator
@@ -164,6 +165,195 @@ def test_a_stalled_endpoint_costs_at_most_the_fetch_timeout(jwks: JwksServer) ->
     started = time.monotonic()
     assert keys(jwks.url, FakeClock(), timeout_ms=200).key("old") is None
     assert time.monotonic() - started < 2
+
+
+# --- what a fetch may cost (issue 26) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("headers_too", [False, True], ids=["body", "status_line"])
+def test_a_server_trickling_bytes_cannot_hold_a_fetch_past_its_timeout(
+    jwks: JwksServer, caplog: pytest.LogCaptureFixture, headers_too: bool
+) -> None:
+    """One byte every 0.3 s: each read returns in time, so a per-read timeout never
+    fires (issue 26: 20 s with a 1 s timeout). The fetch's whole budget does."""
+    jwks.drip(0.3, headers_too=headers_too)
+    published = keys(jwks.url, FakeClock(), timeout_ms=1000)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="sentinel"):
+        assert published.key("old") is None
+        elapsed = time.monotonic() - started
+        _wait_for(lambda: "JWKS fetch from" in caplog.text)  # the fetch itself ended too
+    assert 0.9 <= elapsed < 1.5
+    assert "no answer within 1000 ms" in caplog.text
+
+
+@pytest.mark.parametrize("declare_length", [True, False], ids=["declared", "streamed"])
+def test_a_huge_document_is_never_read_whole(
+    jwks: JwksServer, caplog: pytest.LogCaptureFixture, declare_length: bool
+) -> None:
+    """Issue 26: a 200 MB document was read whole (448 MB peak) before the parse
+    failed. A declared length past the limit is refused unread, a streamed body at the
+    limit; the server manages to send a few socket buffers' worth, not 200 MB."""
+    jwks.flood(200 * 1024 * 1024, declare_length=declare_length)
+    with caplog.at_level(logging.WARNING, logger="sentinel"):
+        assert keys(jwks.url, FakeClock()).key("old") is None
+        _wait_for(lambda: "JWKS fetch from" in caplog.text)
+    assert "more than 1048576" in caplog.text
+    assert jwks.sent < 16 * 1024 * 1024
+
+
+def test_a_document_within_the_limit_is_read(jwks: JwksServer) -> None:
+    published = JwksKeys(
+        jwks.url, refresh_seconds=30, cache_seconds=300, timeout_ms=2000, max_bytes=4096
+    )
+    assert published.key("old") is not None
+    jwks.publish({"old": OLD}, padding={"kid": "pad", "kty": "oct", "k": "A" * 5000})
+    assert (
+        JwksKeys(
+            jwks.url, refresh_seconds=30, cache_seconds=300, timeout_ms=2000, max_bytes=4096
+        ).key("old")
+        is None
+    )
+
+
+async def test_a_lookup_on_an_event_loop_never_waits_for_a_fetch(jwks: JwksServer) -> None:
+    """Issue 26: a stalled provider held the event loop (an unrelated /health took
+    20 s). On the loop's thread `key` starts the fetch and answers with what is known;
+    `prefetch` waits for it off the loop, at most the timeout."""
+    jwks.stall()
+    published = keys(jwks.url, FakeClock(), timeout_ms=600)
+    started = time.monotonic()
+    assert published.key("old") is None
+    assert time.monotonic() - started < 0.2
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.02)
+            ticks += 1
+
+    beat = asyncio.create_task(ticker())
+    try:
+        await published.prefetch("old")  # the fetch in flight: awaited, at most 0.6 s
+    finally:
+        beat.cancel()
+    assert 0.5 <= time.monotonic() - started < 1.2
+    assert ticks >= 10  # the loop kept running meanwhile
+    jwks.release()
+    jwks.publish({"old": OLD})
+    assert jwks.fetches == 1
+
+
+async def test_aguard_fetches_the_keys_off_the_event_loop(jwks: JwksServer) -> None:
+    sentinel = make_sentinel(config(jwks.url, jwks_timeout_ms=800))
+    jwks.stall()
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.02)
+            ticks += 1
+
+    beat = asyncio.create_task(ticker())
+    started = time.monotonic()
+    try:
+        view = request_view(headers={"Authorization": signed(OLD, "old")})
+        outcome = await sentinel.aguard(ENDPOINT, view)
+    finally:
+        beat.cancel()
+    assert outcome.status == 401  # no key within the timeout
+    assert time.monotonic() - started < 1.5
+    assert ticks >= 15
+    jwks.release()
+
+
+def test_two_different_keys_under_one_kid_are_both_refused(
+    jwks: JwksServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    jwks.publish_jwks([jwk("dup", OLD), jwk("dup", NEW), jwk("new", NEW), jwk("new", NEW)])
+    published = keys(jwks.url, FakeClock())
+    with caplog.at_level(logging.WARNING, logger="sentinel"):
+        assert published.key("dup") is None
+    assert "publishes different keys under kid 'dup': neither is used" in caplog.text
+    assert published.key("new") is not None  # the same key twice is one key
+
+
+def test_a_key_verifies_only_the_algorithm_it_names(jwks: JwksServer) -> None:
+    """Issue 26: a key labelled RS512 verified an RS256 token."""
+    jwks.publish_jwks([{**jwk("old", OLD), "alg": "RS512"}, jwk("new", NEW)])
+    sentinel = make_sentinel(config(jwks.url, algorithms=["RS256", "RS512"]))
+
+    def status(key: Any, kid: str, algorithm: str) -> int:
+        headers = {"Authorization": signed(key, kid, algorithm=algorithm)}
+        return sentinel.guard(ENDPOINT, request_view(headers=headers)).status
+
+    assert status(OLD, "old", "RS256") == 401
+    assert status(OLD, "old", "RS512") == 200
+    assert (status(NEW, "new", "RS256"), status(NEW, "new", "RS512")) == (200, 200)
+
+
+def test_keys_that_cannot_verify_here_are_ignored(jwks: JwksServer) -> None:
+    jwks.publish_jwks(
+        [
+            {**jwk("old", OLD), "alg": 256},  # an alg that is no name
+            {**jwk("enc", NEW), "use": "enc"},  # for encryption
+            {"kid": "broken", "kty": "RSA"},  # no modulus: PyJWT refuses it
+            {
+                "kid": "okp",
+                "kty": "OKP",
+                "crv": "Ed25519",
+                "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo",
+            },
+            jwk("new", NEW),
+        ]
+    )
+    published = keys(jwks.url, FakeClock())
+    assert [published.key(kid) for kid in ("old", "enc", "broken", "okp")] == [None] * 4
+    assert published.key("new") is not None
+
+
+def test_an_https_provider_that_refuses_the_connection_is_a_failed_fetch() -> None:
+    url = f"https://127.0.0.1:{free_port()}/jwks.json"
+    assert keys(url, FakeClock()).key("old") is None
+
+
+async def test_the_async_path_fetches_as_the_rules_allow(jwks: JwksServer) -> None:
+    from tests.support.tokens import bearer, claims, hs256, mint
+
+    sentinel = make_sentinel(config(jwks.url))
+
+    async def status(authorization: str) -> int:
+        headers = {"Authorization": authorization}
+        return (await sentinel.aguard(ENDPOINT, request_view(headers=headers))).status
+
+    token = signed(OLD, "old")
+    assert [await status(token), await status(token)] == [200, 200]  # then remembered
+    no_kid = "Bearer " + mint(claims("tenant-a"), OLD, "RS256")
+    assert [await status("x"), await status(bearer(hs256())), await status(no_kid)] == [401] * 3
+    assert jwks.fetches == 1  # none of these looks a key up
+    stranger = signed(rsa_private_key("stranger"), "stranger")
+    assert [await status(stranger), await status(stranger)] == [401, 401]
+    assert jwks.fetches == 2  # one refresh for the unknown kid, not two
+
+
+async def test_the_async_path_without_a_jwks_fetches_nothing() -> None:
+    settings = config("unused")
+    settings["jwt"] = {"key": HS_SECRET}
+    from tests.support.tokens import bearer, hs256
+
+    outcome = await make_sentinel(settings).aguard(
+        ENDPOINT, request_view(headers={"Authorization": bearer(hs256())})
+    )
+    assert outcome.status == 200
+
+
+def _wait_for(condition: Any, seconds: float = 5) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 # --- tokens verified with JWKS keys, through the HTTP layer ----------------------------

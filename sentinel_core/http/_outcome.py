@@ -152,6 +152,12 @@ class HttpLayer:
         self._jwt = JwtVerifier(config.jwt) if config.jwt is not None else None
         self._cookies = DeviceCookies(config.anonymous) if config.anonymous is not None else None
 
+    async def aprefetch_keys(self, request: RequestView) -> None:
+        """In asyncio servers, before `prepare`: the JWKS fetch this request's token
+        may need, awaited off the event loop, so that `prepare` never blocks it."""
+        if self._jwt is not None:
+            await self._jwt.aprefetch(request.headers.get("authorization"))
+
     def load_keys(self) -> None:
         """Fetch the JWKS keys now (start-up), so that no request waits for them."""
         if self._jwt is not None:

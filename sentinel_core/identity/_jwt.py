@@ -16,7 +16,9 @@ family. That bounds the work an attacker can make one request cost.
 With ``jwks_url``, a ``kid`` the configuration does not name is looked up in the
 provider's JWKS (`identity._jwks`: cached, refreshed at most once per
 ``jwks_refresh_seconds``); a key the JWKS no longer publishes stops verifying, and the
-tokens verified with it verify again (and fail).
+tokens verified with it verify again (and fail). A published key that names its
+``alg`` verifies that algorithm only. asyncio code awaits `JwtVerifier.aprefetch`
+first, so that no fetch ever runs on the event loop.
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ class _Key:
     material: Any
     published: bool = False
     """Taken from the JWKS: tokens verified with it stay valid only while it is there."""
+    algorithm: str | None = None
+    """The one algorithm the key names (a JWK's ``alg``): it verifies no other."""
 
 
 def _family(algorithm: str) -> str:
@@ -165,6 +169,29 @@ class JwtVerifier:
         if self._jwks is not None:
             self._jwks.load()
 
+    async def aprefetch(self, authorization: str | None) -> None:
+        """In asyncio code, before `tenant_from_authorization`: the JWKS fetch that
+        verifying this header may need, awaited off the event loop (see `JwksKeys`)."""
+        if self._jwks is not None:
+            kid = self._jwks_kid(authorization)
+            if kid is not None:
+                await self._jwks.prefetch(kid)
+
+    def _jwks_kid(self, authorization: str | None) -> str | None:
+        """The ``kid`` verifying this header would look up in the JWKS, if any."""
+        try:
+            token = _bearer_token(authorization)
+            verified = self._verified.get(token)
+            if verified is not None:
+                return verified.published_kid
+            header = _unverified_header(token)
+        except AuthError:
+            return None  # answered 401 before any key is looked up
+        kid = header.get("kid")
+        if header.get("alg") not in self._algorithms or not isinstance(kid, str):
+            return None
+        return None if kid in self._by_kid else kid
+
     def tenant_from_authorization(self, authorization: str | None) -> str:
         """The validated ``sub`` of the bearer token in an ``Authorization`` header value.
 
@@ -232,7 +259,8 @@ class JwtVerifier:
         if isinstance(kid, str) and kid in self._by_kid:
             keys: tuple[_Key, ...] = (self._by_kid[kid],)
         elif isinstance(kid, str) and self._jwks is not None and (published := self._jwks.key(kid)):
-            keys = (dataclasses.replace(_public_key(kid, published), published=True),)
+            key = _public_key(kid, published.key)
+            keys = (dataclasses.replace(key, published=True, algorithm=published.algorithm),)
         elif kid is not None:
             keys = self._unnamed
         else:
@@ -242,7 +270,9 @@ class JwtVerifier:
         return [
             key
             for key in keys
-            if key.family == family and (curve is None or isinstance(key.material.curve, curve))
+            if key.family == family
+            and key.algorithm in (None, algorithm)
+            and (curve is None or isinstance(key.material.curve, curve))
         ]
 
 

@@ -4,6 +4,9 @@ included, which Starlette keeps apart)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import httpx
 import pytest
 
@@ -22,6 +25,10 @@ from tests.support.exemptions import (
     valkey,
 )
 from tests.support.jwks_server import NEW_KEY, OLD_KEY, JwksServer, rotation_jwt, signed
+
+
+def loop_time() -> float:
+    return time.monotonic()
 
 
 def assert_exempt(response: httpx.Response) -> None:
@@ -197,6 +204,64 @@ async def test_a_jwks_key_rotation_is_picked_up_without_a_restart(
                 "/v1/ingest", headers={"Authorization": signed(NEW_KEY, "x")}
             )
     assert (before.status_code, after.status_code, stranger.status_code) == (200, 200, 401)
+
+
+def slow(jwks: JwksServer, provider: str) -> None:
+    if provider == "trickling":
+        jwks.drip(0.3)  # one byte every 0.3 s: every read returns in time
+    else:
+        jwks.stall()
+
+
+@pytest.mark.parametrize("provider", ["trickling", "stalled"])
+async def test_a_slow_key_server_holds_startup_at_most_the_timeout(
+    make_app: MakeApp, redis_url: str, provider: str
+) -> None:
+    """Issue 26: a key server sending one byte every 0.5 s held FastAPI's startup for
+    20 s with a 1 s ``jwks_timeout_ms``."""
+    with JwksServer() as jwks:
+        jwks.publish({"old": OLD_KEY})
+        slow(jwks, provider)
+        jwt_section = {**rotation_jwt(jwks.url), "jwks_timeout_ms": 1000}
+        app = make_app(exemptions_config(redis_url, jwt=jwt_section))
+        started = loop_time()
+        async with serve(app) as http:
+            startup = loop_time() - started
+            health = await http.get("/health")
+        jwks.release()
+    assert startup < 1.8
+    assert health.status_code == 200
+
+
+@pytest.mark.parametrize("provider", ["trickling", "stalled"])
+async def test_a_slow_key_server_never_blocks_the_event_loop(
+    make_app: MakeApp, redis_url: str, provider: str
+) -> None:
+    """Issue 26: a token naming a key rotated in made a fetch on the event loop, and an
+    unrelated ``/health`` waited 20 s for it. The request awaits the fetch off the
+    loop (at most the timeout), and ``/health`` answers meanwhile."""
+    with JwksServer() as jwks:
+        jwks.publish({"old": OLD_KEY})
+        jwt_section = {**rotation_jwt(jwks.url), "jwks_timeout_ms": 1000}
+        app = make_app(exemptions_config(redis_url, jwt=jwt_section))
+        async with serve(app) as http:  # the start-up fetch is answered at once
+            jwks.publish({"old": OLD_KEY, "new": NEW_KEY})
+            slow(jwks, provider)
+            started = loop_time()
+            guarded = asyncio.create_task(
+                http.post("/v1/ingest", headers={"Authorization": signed(NEW_KEY, "new")})
+            )
+            await asyncio.sleep(0.1)  # the guarded request is waiting for the new key
+            health = await http.get("/health")
+            health_took = loop_time() - started
+            denied = await guarded
+            took = loop_time() - started
+        jwks.release()
+    assert health.status_code == 200
+    assert health_took < 0.6
+    assert denied.status_code == 401  # no key within the timeout: never a 500
+    assert 0.9 <= took < 1.8
+    assert jwks.fetches == 2
 
 
 async def test_a_valkey_url_names_the_same_store(make_app: MakeApp, redis_url: str) -> None:

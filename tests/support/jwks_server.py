@@ -4,9 +4,11 @@ the fetches it answers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -22,6 +24,9 @@ class JwksServer:
 
     def __init__(self) -> None:
         self.fetches = 0
+        self.sent = 0
+        """Bytes a `drip` or `flood` answer wrote before the client went away."""
+        self._stream: Callable[[Any], None] | None = None
         self._body = b'{"keys": []}'
         self._status = 200
         self._raw: bytes | None = None
@@ -33,6 +38,10 @@ class JwksServer:
             def do_GET(self) -> None:
                 server.fetches += 1
                 server._stalled.wait(timeout=10)
+                if server._stream is not None:
+                    with contextlib.suppress(OSError):  # the client hung up: done
+                        server._stream(self.wfile)
+                    return
                 if server._raw is not None:
                     self.wfile.write(server._raw)  # not HTTP at all
                     return
@@ -40,7 +49,8 @@ class JwksServer:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(server._body)))
                 self.end_headers()
-                self.wfile.write(server._body)
+                with contextlib.suppress(OSError):  # a client that refused it unread
+                    self.wfile.write(server._body)
 
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet: the test output is not the place for an access log."""
@@ -56,16 +66,58 @@ class JwksServer:
 
     def publish(self, keys: dict[str, Any], **extra: dict[str, Any]) -> None:
         """Serve the public halves of ``keys`` (kid -> private key), plus raw JWKs."""
-        jwks = [jwk(kid, key) for kid, key in keys.items()] + list(extra.values())
+        self.publish_jwks([jwk(kid, key) for kid, key in keys.items()] + list(extra.values()))
+
+    def publish_jwks(self, jwks: list[dict[str, Any]]) -> None:
+        """Serve exactly these JWKs (duplicates and all)."""
         self._status, self._body = 200, json.dumps({"keys": jwks}).encode()
-        self._raw = None
+        self._raw, self._stream = None, None
 
     def fail(self, status: int = 503, body: bytes = b"unavailable") -> None:
-        self._status, self._body, self._raw = status, body, None
+        self._status, self._body, self._raw, self._stream = status, body, None, None
 
     def garble(self, raw: bytes = b"SSH-2.0-OpenSSH\r\n\r\n") -> None:
         """Answer with bytes that are not an HTTP response."""
-        self._raw = raw
+        self._raw, self._stream = raw, None
+
+    def drip(self, interval: float, *, headers_too: bool = False) -> None:
+        """Answer the published key set one byte every ``interval`` seconds (its status
+        line and headers too with ``headers_too``): each read returns in time, the
+        whole never does."""
+        head = (
+            f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(self._body)}\r\n\r\n"
+        ).encode()
+        body = self._body
+
+        def stream(out: Any) -> None:
+            if not headers_too:
+                out.write(head)
+                out.flush()
+            for byte in (head if headers_too else b"") + body:
+                out.write(bytes([byte]))
+                out.flush()
+                self.sent += 1
+                time.sleep(interval)
+
+        self._stream = stream
+
+    def flood(self, size: int, *, declare_length: bool) -> None:
+        """Answer a ``size``-byte document (a JSON string), with or without its
+        ``Content-Length``, counting what was written before the client hung up."""
+        chunk = b"x" * 65536
+
+        def stream(out: Any) -> None:
+            out.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+            if declare_length:
+                out.write(f"Content-Length: {size}\r\n".encode())
+            out.write(b"Connection: close\r\n\r\n")
+            out.write(b'{"keys": "')
+            while self.sent < size:
+                out.write(chunk)
+                self.sent += len(chunk)
+
+        self._stream = stream
 
     def stall(self) -> None:
         self._stalled.clear()
