@@ -20,7 +20,7 @@ class SentinelAppConfig(AppConfig):  # type: ignore[misc]
         Building loads the configuration and the plugins, and opens no connection: the
         Redis check runs before the first guarded request (and in ``check --deploy``).
         An invalid configuration does not stop ``ready``: the ``sentinel.E001`` system
-        check reports it with its key path, and guarded requests raise it.
+        check reports it with its key path, and loading the middleware raises it.
         """
         from . import checks, conf, request_log
 

@@ -25,6 +25,7 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase  # type: ignore[import-untyped]
 
+from . import conf
 from ._lifecycle import aadmit, admit, afinish, enter_middleware, finish, refusal, route_ids
 from .decorators import answers_any_method, method_endpoints, takes_default
 
@@ -42,6 +43,10 @@ class SentinelMiddleware:
     async_capable = True
 
     def __init__(self, get_response: GetResponse) -> None:
+        # An invalid SENTINEL (a redis_url that does not parse, say) stops the handler
+        # from loading (a server's worker boot, runserver): a load-time error, never a
+        # 500 on every guarded request. ``manage.py check`` reports it as sentinel.E001.
+        conf.runtime()
         self.get_response = get_response
         self.async_mode = iscoroutinefunction(get_response)
         self.process_view: Callable[..., Any]

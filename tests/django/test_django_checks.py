@@ -7,6 +7,9 @@ from typing import Any
 
 import pytest
 from django.core.checks import CheckMessage, run_checks
+from django.core.exceptions import ImproperlyConfigured
+from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.wsgi import WSGIHandler
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
@@ -87,6 +90,17 @@ def test_a_redis_url_redis_py_would_fail_on_is_e001_at_check_time(url: str, part
 
     assert _ids(messages) == ["sentinel.E001"]
     assert f"settings.SENTINEL: redis_url: {part}" in messages[0].msg
+
+
+@pytest.mark.parametrize("handler", [WSGIHandler, ASGIHandler])
+def test_an_invalid_redis_url_stops_the_handler_from_loading(handler: Any) -> None:
+    """Issue 26: Django answered 500 to every guarded request. Loading the handler (a
+    server's worker boot, runserver) now fails, naming the key."""
+    with (
+        override_settings(SENTINEL=spec_config("redis://127.0.0.1:27301:6379")),
+        pytest.raises(ImproperlyConfigured, match="redis_url: the port must be a number"),
+    ):
+        handler()
 
 
 @pytest.mark.parametrize(
