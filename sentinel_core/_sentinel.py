@@ -378,9 +378,9 @@ class Sentinel:
 
     def anonymous_identity(self, address: str, device: str) -> AnonymousIdentity:
         """The identity of one anonymous client, for `peek` and `reset` on an anonymous
-        policy (whose buckets belong to a device AND a network): its IP address, and its
-        device as the device cookie's value (verified with the configured secrets) or
-        the bare device id.
+        policy (whose buckets belong to a device AND a network) or on a user policy's
+        clients without a user: its IP address, and its device as the device cookie's
+        value (verified with the configured secrets) or the bare device id.
 
         Raises:
             ValueError: no ``anonymous`` section, an ``address`` that is not an IP

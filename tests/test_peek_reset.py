@@ -327,6 +327,12 @@ rate = "1/hour"
 burst = 2
 identity = "anonymous"
 fail_mode = "closed"
+[sentinel.policies.member]
+algorithm = "token_bucket"
+rate = "1/hour"
+burst = 2
+identity = "user"
+fail_mode = "closed"
 [sentinel.policies.plan]
 algorithm = "quota"
 rate = "2/day"
@@ -385,7 +391,7 @@ def test_the_cli_asks_for_the_device_and_network_of_an_anonymous_policy(
     code, out = run(capsys, "peek", admin_config, "login", "1.2.3.4", "--device", "v1.x.y")
     assert (code, "neither a device cookie" in out) == (2, True)
     code, out = run(capsys, "peek", admin_config, "api.tb", "acme", "--device", device)
-    assert (code, "--device applies to anonymous policies" in out) == (2, True)
+    assert (code, "--device applies to anonymous and user policies" in out) == (2, True)
 
 
 def test_an_anonymous_policy_without_its_secret_is_a_configuration_error(
@@ -402,3 +408,15 @@ def test_the_cli_escapes_what_it_echoes(
     assert code == 0
     assert "\x1b" not in out
     assert "\\x1b[31mred's buckets" in out
+
+
+def test_a_user_policy_takes_the_user_id_or_an_anonymous_client(
+    admin_config: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SENTINEL_TEST_COOKIE_SECRET", COOKIE_SECRET)
+    assert run(capsys, "reset", admin_config, "member", "user-42") == (
+        0,
+        "sentinel reset: member: user-42's buckets are full again\n",
+    )
+    code, out = run(capsys, "peek", admin_config, "member", "1.2.3.4", "--device", "A" * 22)
+    assert (code, out.startswith("sentinel peek: member: allowed (1 of 2")) == (0, True)

@@ -49,13 +49,14 @@ def add_admin_commands(commands: Any, *, config_argument: bool = True) -> None:
         parser.add_argument(
             "tenant",
             metavar="TENANT",
-            help="the tenant id; for an anonymous policy, the client's IP address",
+            help="the tenant id (a user policy: the user id); for an anonymous client, "
+            "its IP address",
         )
         parser.add_argument(
             "--device",
             metavar="COOKIE",
-            help="anonymous policies: the client's device cookie (its value, or the device "
-            "id after 'v1.')",
+            help="an anonymous client (anonymous policies, a user policy's clients without a "
+            "user): its device cookie (the value, or the device id after 'v1.')",
         )
         parser.add_argument(
             "--redis",
@@ -116,19 +117,25 @@ def run_admin(args: argparse.Namespace) -> int:
 
 
 def _identity(sentinel: Sentinel, args: argparse.Namespace) -> str | Identity:
-    """TENANT, or for an anonymous policy the client named by its address and device.
+    """TENANT (a tenant or user id), or the anonymous client named by its address and
+    ``--device``: always for an anonymous policy, and for a user policy's anonymous
+    fallback (a client with no authenticated user) when ``--device`` is given.
 
     Raises:
         ValueError: what is missing or wrong, as the message to print.
     """
-    if sentinel.policy(args.endpoint_id).identity is not IdentityKind.ANONYMOUS:
-        if args.device is not None:
-            raise ValueError(f"--device applies to anonymous policies; {args.endpoint_id!r} is not")
-        return str(args.tenant)
-    if args.device is None:
+    kind = sentinel.policy(args.endpoint_id).identity
+    if args.device is not None:
+        if kind is IdentityKind.TENANT:
+            raise ValueError(
+                f"--device applies to anonymous and user policies; {args.endpoint_id!r} "
+                "is a tenant policy"
+            )
+        return sentinel.anonymous_identity(args.tenant, args.device)
+    if kind is IdentityKind.ANONYMOUS:
         raise ValueError(
             f"{args.endpoint_id!r} is an anonymous policy: its buckets belong to one device "
             "AND one network; give the client's IP address as TENANT and its device cookie "
             "with --device"
         )
-    return sentinel.anonymous_identity(args.tenant, args.device)
+    return str(args.tenant)
