@@ -212,14 +212,14 @@ class AutoPipeline(_AutoPipeline):
 class ClusterAutoPipeline(_AutoPipeline):
     """One batch per turn, split by node: each node's share on one of its connections,
     the nodes' shares concurrently. A command without a key (``SCRIPT LOAD``, which goes
-    to every primary) is not batched."""
+    to every primary, an ``EVALSHA`` of no key) is not batched."""
 
     def __init__(self, client: redis.asyncio.cluster.RedisCluster) -> None:
         super().__init__(client.execute_command, self._send_by_node)
         self._client = client
 
     def execute(self, *command: Any) -> Awaitable[Any]:
-        if command[0] != "EVALSHA":
+        if command[0] != "EVALSHA" or not command[2]:  # no key: no node to batch it for
             return self._client.execute_command(*command)
         if not self._busy and self._open is None:
             self._busy += 1
