@@ -83,7 +83,8 @@ FAILING_AT_CONNECT = [
     (
         "redis://[zz]:1",
         "redis_url: '[zz]:1' is not a bracketed IPv6 address",
-        "does not appear to be an IPv4 or IPv6 address",
+        # Python 3.11.4+ refuses the host while parsing; older ones look up "zz" at connect.
+        "does not appear to be an IPv4 or IPv6 address|connecting to zz:1",
     ),
 ]
 
@@ -161,8 +162,13 @@ def test_each_url_refused_at_load_would_have_failed_at_connect(
     if cause == "db 0":
         assert redis.ConnectionPool.from_url(url).make_connection().db == 0
         return
-    with pytest.raises((ValueError, TypeError), match=re.escape(cause)):
-        redis.ConnectionPool.from_url(url).make_connection()
+    with pytest.raises((ValueError, TypeError, redis.ConnectionError), match=_alternatives(cause)):
+        redis.ConnectionPool.from_url(url, socket_connect_timeout=5).make_connection().connect()
+
+
+def _alternatives(causes: str) -> str:
+    """A pattern matching any of the ``|``-separated texts, each taken literally."""
+    return "|".join(re.escape(cause) for cause in causes.split("|"))
 
 
 @pytest.mark.parametrize(
