@@ -1,0 +1,480 @@
+"""The allowed request against the in-stack floor, per framework, beside the peers.
+
+One worker process per framework (and per source tree, with ``--before``) serves, in
+process through the framework's own test client, on one private redis-server:
+
+* ``bare``: an unguarded view returning a tiny JSON body;
+* ``floor``: the same view doing one bare ``EVALSHA`` of ``return 1`` (redis-py, sync for
+  Flask and Django, asyncio for FastAPI): the least any Redis-backed limiter can add;
+* ``sentinel``: the view under ``@rate_limited``, a tenant (JWT) token bucket whose limit
+  is far above what one process sends: an allowed request;
+* ``sentinel-denied``: the same with a limit of 1 a day: a denied request (after the
+  first, answered from the process's local denials: SPEC §3);
+* ``sentinel-stubbed``: the ``sentinel`` view with the store's Redis client replaced by
+  a stub that answers "allowed" at once: Sentinel's own Python per allowed request;
+* the peers on the same app, each keyed by the same verified JWT ``sub``: Flask-Limiter
+  (Flask), slowapi and fastapi-limiter (FastAPI), django-ratelimit (Django).
+
+A worker runs every variant in each round, in a fresh random order; with ``--before``
+the two trees' workers alternate round after round (never concurrently), so machine
+noise spreads over all. Reported per variant: the p50 it adds over ``bare``, and that as
+a multiple of what ``floor`` adds (``sentinel`` is the figure docs/benchmarks.md
+quotes); for ``sentinel-stubbed`` the added p50 is Sentinel's own Python.
+
+    python benchmarks/bench_allowed.py [--rounds 10] [--requests 200]
+        [--frameworks flask fastapi django] [--before /path/to/older/source/tree]
+"""
+
+import argparse
+import json
+import logging
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+JWT_KEY = "benchmark-jwt-key-0123456789abcdef-0123456789"
+NEVER_DENY = 1_000_000
+ROOT = Path(__file__).resolve().parents[1]
+SENTINEL_VARIANTS = ("sentinel", "sentinel-denied", "sentinel-stubbed")
+PEERS = {
+    "flask": ("flask-limiter",),
+    "fastapi": ("slowapi", "fastapi-limiter"),
+    "django": ("django-ratelimit",),
+}
+EXPECTED = {"sentinel-denied": 429}
+
+
+def variants(framework: str) -> tuple[str, ...]:
+    return ("bare", "floor", *SENTINEL_VARIANTS, *PEERS[framework])
+
+
+def token() -> str:
+    import jwt
+
+    claims = {"sub": "tenant-42", "exp": int(time.time()) + 3600}
+    return str(jwt.encode(claims, JWT_KEY, "HS256"))
+
+
+def verified_sub(authorization: str | None) -> str:
+    """The peers' key: what Sentinel does for a tenant (verify the JWT, take ``sub``)."""
+    import jwt
+
+    scheme, _, value = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return "anonymous"
+    claims = jwt.decode(value, JWT_KEY, algorithms=["HS256"], options={"require": ["exp", "sub"]})
+    return str(claims["sub"])
+
+
+def sentinel_config(redis_url: str) -> dict[str, Any]:
+    bucket = {"algorithm": "token_bucket", "fail_mode": "closed"}
+    return {
+        "redis_url": redis_url,
+        "socket_timeout_ms": 2_000,  # generous on a loaded machine: no fail-closed noise
+        "jwt": {"algorithms": ["HS256"], "key": JWT_KEY},
+        "policies": {
+            "bench.work": {**bucket, "rate": f"{NEVER_DENY}/second"},
+            "bench.denied": {**bucket, "rate": "1/day"},
+        },
+    }
+
+
+class StubClient:
+    """A Redis client that answers every script call "allowed" without any I/O (the
+    ``sentinel-stubbed`` variant): what is left of a request's cost is Python."""
+
+    def __init__(self, *, asynchronous: bool) -> None:
+        self.asynchronous = asynchronous
+
+    @staticmethod
+    def reply() -> list[int]:
+        return [1, time.time_ns() // 1_000, NEVER_DENY - 1, 1, 0, 1]
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        return self._answer()
+
+    def evalsha(self, *args: Any, **options: Any) -> Any:
+        return self._answer()
+
+    def _answer(self) -> Any:
+        if not self.asynchronous:
+            return self.reply()
+
+        async def answer() -> list[int]:
+            return self.reply()
+
+        return answer()
+
+
+@contextmanager
+def stubbed(store: Any, *, asynchronous: bool) -> Iterator[None]:
+    """``store``'s Redis client replaced by a `StubClient` while the block runs."""
+    real = store.client
+    store.client = StubClient(asynchronous=asynchronous)
+    try:
+        yield
+    finally:
+        store.client = real
+
+
+# -- one app per framework, every variant a route of it --------------------------------------
+
+Send = Callable[[str], int]
+"""POST one route through the framework's test client; the status."""
+
+
+def flask_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
+    import redis
+    from flask import Flask, request
+    from flask_limiter import Limiter
+    from prometheus_client import CollectorRegistry
+
+    from sentinel_flask import Sentinel, rate_limited
+
+    client = redis.Redis.from_url(redis_url)
+    floor_sha = client.script_load("return 1")
+    plain = Flask("plain")  # no limiter's hooks on the unguarded and floor views
+
+    @plain.post("/bare")
+    def bare() -> dict[str, bool]:
+        return {"ok": True}
+
+    @plain.post("/floor")
+    def floor() -> dict[str, bool]:
+        client.evalsha(floor_sha, 0)
+        return {"ok": True}
+
+    guarded = Flask("sentinel")
+    guarded.config["SENTINEL"] = sentinel_config(redis_url)
+    for route, endpoint_id in (("sentinel", "bench.work"), ("sentinel-denied", "bench.denied")):
+        guarded.add_url_rule(f"/{route}", route, rate_limited(endpoint_id)(bare), methods=["POST"])
+    extension = Sentinel(guarded, registry=CollectorRegistry())
+
+    peer = Flask("flask-limiter")
+    limiter = Limiter(
+        lambda: verified_sub(request.headers.get("Authorization")),
+        app=peer,
+        storage_uri=redis_url,
+        headers_enabled=True,
+    )
+    peer.add_url_rule(
+        "/flask-limiter", "peer", limiter.limit(f"{NEVER_DENY} per second")(bare), methods=["POST"]
+    )
+
+    clients = {app: app.test_client() for app in (plain, guarded, peer)}
+    by_route = {
+        "/bare": clients[plain],
+        "/floor": clients[plain],
+        "/sentinel": clients[guarded],
+        "/sentinel-denied": clients[guarded],
+        "/flask-limiter": clients[peer],
+    }
+    headers = {"Authorization": f"Bearer {token()}"}
+    core = extension.get_core(guarded)
+    return (
+        lambda route: by_route[route].post(route, headers=headers).status_code,
+        lambda: stubbed(core.store, asynchronous=False),
+    )
+
+
+def fastapi_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
+    import asyncio
+
+    import httpx
+    import redis.asyncio
+    from fastapi import Depends, FastAPI, Request, Response
+    from fastapi_limiter.depends import RateLimiter
+    from prometheus_client import CollectorRegistry
+    from pyrate_limiter import Duration, Limiter, Rate, RedisBucket
+    from slowapi import Limiter as SlowLimiter
+
+    from sentinel_fastapi import Sentinel, rate_limited
+
+    loop = asyncio.new_event_loop()
+    client = redis.asyncio.Redis.from_url(redis_url)
+    floor_sha = loop.run_until_complete(client.script_load("return 1"))
+    # The unguarded, floor and peer views on one app with no middleware; Sentinel's on
+    # its own app, since its middleware sees every request of the app it guards.
+    plain = FastAPI()
+
+    @plain.post("/bare")
+    async def bare() -> dict[str, bool]:
+        return {"ok": True}
+
+    @plain.post("/floor")
+    async def floor() -> dict[str, bool]:
+        await client.evalsha(floor_sha, 0)
+        return {"ok": True}
+
+    slow = SlowLimiter(
+        key_func=lambda request: verified_sub(request.headers.get("authorization")),
+        storage_uri=redis_url,
+        headers_enabled=True,
+    )
+    plain.state.limiter = slow
+
+    @plain.post("/slowapi")
+    @slow.limit(f"{NEVER_DENY}/second")
+    async def slowapi_view(request: Request, response: Response) -> dict[str, bool]:
+        return {"ok": True}
+
+    async def identifier(request: Request) -> str:
+        return verified_sub(request.headers.get("authorization"))
+
+    async def limiter_dependency() -> RateLimiter:
+        # pyrate-limiter schedules its bucket's leak task: build it inside the loop.
+        rates = [Rate(NEVER_DENY, Duration.SECOND)]
+        bucket = await RedisBucket.init(rates, client, "bench-fastapi-limiter")
+        return RateLimiter(limiter=Limiter(bucket), identifier=identifier)
+
+    dependency = loop.run_until_complete(limiter_dependency())
+
+    @plain.post("/fastapi-limiter", dependencies=[Depends(dependency)])
+    async def fastapi_limiter_view() -> dict[str, bool]:
+        return {"ok": True}
+
+    guarded = FastAPI()
+    for route, endpoint_id in (("sentinel", "bench.work"), ("sentinel-denied", "bench.denied")):
+        guarded.post(f"/{route}")(rate_limited(endpoint_id)(bare))
+    sentinel = Sentinel(sentinel_config(redis_url), registry=CollectorRegistry())
+    sentinel.init_app(guarded)
+    lifespan = guarded.router.lifespan_context(guarded)
+    loop.run_until_complete(lifespan.__aenter__())
+    clients = {
+        app: httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app, client=("127.0.0.1", 50000)),
+            base_url="http://bench",
+        )
+        for app in (plain, guarded)
+    }
+    headers = {"Authorization": f"Bearer {token()}"}
+
+    def send(route: str) -> int:
+        http = clients[guarded if route.startswith("/sentinel") else plain]
+        return loop.run_until_complete(http.post(route, headers=headers)).status_code
+
+    return send, lambda: stubbed(sentinel.async_store, asynchronous=True)
+
+
+urlpatterns: list[Any] = []
+
+
+def django_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
+    import django
+    import redis
+    from django.conf import settings
+    from django.http import HttpRequest, JsonResponse
+    from django.test import Client
+    from django.urls import path
+
+    settings.configure(
+        DEBUG=False,
+        SECRET_KEY="benchmark-only-0123456789abcdef0123456789abcdef",
+        ALLOWED_HOSTS=["testserver"],
+        ROOT_URLCONF=__name__,
+        INSTALLED_APPS=["sentinel_django", "django_ratelimit"],
+        MIDDLEWARE=[],
+        CACHES={
+            "default": {
+                "BACKEND": "django_redis.cache.RedisCache",
+                "LOCATION": redis_url,
+                "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+            }
+        },
+        SENTINEL=sentinel_config(redis_url),
+    )
+    django.setup()
+    from django_ratelimit.decorators import ratelimit
+
+    from sentinel_django import conf, rate_limited
+
+    client = redis.Redis.from_url(redis_url)
+    floor_sha = client.script_load("return 1")
+
+    def bare(request: HttpRequest) -> JsonResponse:
+        return JsonResponse({"ok": True})
+
+    def floor(request: HttpRequest) -> JsonResponse:
+        client.evalsha(floor_sha, 0)
+        return JsonResponse({"ok": True})
+
+    def peer_key(group: str, request: HttpRequest) -> str:
+        return verified_sub(request.headers.get("Authorization"))
+
+    urlpatterns.extend(
+        [
+            path("bare", bare),
+            path("floor", floor),
+            path("sentinel", rate_limited("bench.work")(bare)),
+            path("sentinel-stubbed", rate_limited("bench.work")(bare)),
+            path("sentinel-denied", rate_limited("bench.denied")(bare)),
+            path(
+                "django-ratelimit",
+                ratelimit(key=peer_key, rate=f"{NEVER_DENY}/s", block=True)(bare),
+            ),
+        ]
+    )
+    test_client = Client(HTTP_AUTHORIZATION=f"Bearer {token()}")
+    return (
+        lambda route: test_client.post(route).status_code,
+        lambda: stubbed(conf.runtime().sentinel.store, asynchronous=False),
+    )
+
+
+APPS = {"flask": flask_app, "fastapi": fastapi_app, "django": django_app}
+
+
+def worker(framework: str, redis_url: str) -> None:
+    """Serve rounds on stdin: each line is a request count; each answer one JSON line of
+    per-variant latencies in nanoseconds (variants in a fresh order every round)."""
+    # The denial log stays on (it is part of a denial's cost), written nowhere.
+    logging.getLogger("sentinel").addHandler(logging.NullHandler())
+    logging.getLogger("sentinel").propagate = False
+    send, stub = APPS[framework](redis_url)
+    names = variants(framework)
+
+    def batch(variant: str, count: int) -> list[int]:
+        route = "/sentinel" if variant == "sentinel-stubbed" else f"/{variant}"
+        expected = EXPECTED.get(variant, 200)
+        samples = []
+        clock = time.perf_counter_ns
+        with stub() if variant == "sentinel-stubbed" else _nothing():
+            for _ in range(count):
+                started = clock()
+                status = send(route)
+                samples.append(clock() - started)
+                if status != expected:
+                    raise AssertionError(f"{framework} {variant}: status {status}")
+        return samples
+
+    send("/sentinel-denied")  # the one request the day's limit admits
+    for variant in names:  # warm up: imports, first connections, script loads
+        batch(variant, 50)
+    for line in sys.stdin:
+        order = list(names)
+        random.shuffle(order)
+        print(json.dumps({variant: batch(variant, int(line)) for variant in order}), flush=True)
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+# -- driver ----------------------------------------------------------------------------------
+
+
+def summary(timings: dict[str, list[int]]) -> dict[str, tuple[float, float]]:
+    """Per variant: (p50 added over bare in µs, that over the floor's added p50)."""
+    p50 = {variant: statistics.median(samples) / 1_000 for variant, samples in timings.items()}
+    floor = p50["floor"] - p50["bare"]
+    result = {"bare": (p50["bare"], 0.0)}
+    for variant, value in p50.items():
+        if variant != "bare":
+            result[variant] = (value - p50["bare"], (value - p50["bare"]) / floor)
+    return result
+
+
+def drive(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(ROOT))
+    from benchmarks._common import machine_note
+    from tests.support.redis_server import RedisServer
+
+    trees = {"this tree": ROOT}
+    if args.before:
+        trees = {"before": Path(args.before).resolve(), "after": ROOT}
+    server = RedisServer().start()
+    print(f"# {machine_note()}; {args.rounds} rounds x {args.requests} requests per variant")
+    try:
+        for framework in args.frameworks:
+            results = run_framework(framework, trees, server.url, args)
+            print(table(framework, results), flush=True)
+    finally:
+        server.close()
+
+
+def run_framework(
+    framework: str, trees: dict[str, Path], redis_url: str, args: argparse.Namespace
+) -> dict[str, dict[str, tuple[float, float]]]:
+    server_args = [sys.executable, __file__, "--worker", framework, "--redis", redis_url]
+    workers = {
+        name: subprocess.Popen(
+            server_args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{ROOT}"},
+            cwd="/",
+        )
+        for name, tree in trees.items()
+    }
+    collected: dict[str, dict[str, list[int]]] = {
+        name: {variant: [] for variant in variants(framework)} for name in trees
+    }
+    try:
+        for round_index in range(args.rounds):
+            names = list(workers) if round_index % 2 == 0 else list(reversed(workers))
+            for name in names:
+                process = workers[name]
+                assert process.stdin is not None
+                assert process.stdout is not None
+                process.stdin.write(f"{args.requests}\n")
+                process.stdin.flush()
+                line = process.stdout.readline()
+                if not line:
+                    raise RuntimeError(f"{framework} worker ({name}) died")
+                for variant, samples in json.loads(line).items():
+                    collected[name][variant].extend(samples)
+    finally:
+        for process in workers.values():
+            assert process.stdin is not None
+            process.stdin.close()
+            process.wait(timeout=60)
+    return {name: summary(timings) for name, timings in collected.items()}
+
+
+def table(framework: str, results: dict[str, dict[str, tuple[float, float]]]) -> str:
+    names = list(results)
+    lines = [
+        f"\n{framework}: p50 added over the unguarded view, µs (x the floor's added p50)\n",
+        "| variant | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for variant in variants(framework):
+        cells = []
+        for name in names:
+            added, ratio = results[name][variant]
+            if variant == "bare":
+                cells.append(f"{added:,.0f} (p50 itself)")
+            elif variant == "floor":
+                cells.append(f"{added:,.1f}")
+            else:
+                cells.append(f"{added:,.1f} ({ratio:.2f} x)")
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--before", help="source tree of an older version to run beside")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--requests", type=int, default=200, help="per variant and round")
+    parser.add_argument("--frameworks", nargs="+", default=list(APPS), choices=list(APPS))
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--redis", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.redis)
+    else:
+        drive(args)
+
+
+if __name__ == "__main__":
+    main()
