@@ -9,9 +9,9 @@ misspelt hook name fails at start-up instead of silently never being called.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points as installed_entry_points
-from typing import Any
+from typing import Any, cast
 
 import pluggy
 
@@ -26,7 +26,7 @@ ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 
 def make_plugin_manager(
     plugins: Iterable[object] = (), *, entry_points: bool = True
-) -> pluggy.PluginManager:
+) -> PluginManager:
     """A plugin manager with Sentinel's hook specs, ``plugins`` registered, and the
     ``sentinel`` entry-point group loaded when ``entry_points`` is true.
 
@@ -36,7 +36,7 @@ def make_plugin_manager(
         Exception: whatever importing an entry point raised (a broken plugin is a
             deployment error, not something to skip quietly).
     """
-    manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    manager = PluginManager(hookspecs.PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
     for plugin in plugins:
         if not manager.is_registered(plugin):
@@ -45,6 +45,48 @@ def make_plugin_manager(
         load_entry_points(manager)
     manager.check_pending()
     return manager
+
+
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager, telling its listeners when a plugin comes or goes (`register`,
+    `unregister`, and `set_blocked`, which unregisters) and when hook calls start or stop
+    being monitored (`add_hookcall_monitoring`, and `enable_tracing`, which uses it), so
+    that what Sentinel compiled from the registered plugins stays current."""
+
+    def __init__(self, project_name: str) -> None:
+        super().__init__(project_name)
+        self.listeners: list[Callable[[], None]] = []
+        self.monitors = 0
+        """How many hook call monitors are installed: while any is, every call goes
+        through pluggy, so that the monitors see them all."""
+
+    def add_hookcall_monitoring(
+        self, before: Callable[..., None], after: Callable[..., None]
+    ) -> Callable[[], None]:
+        undo = super().add_hookcall_monitoring(before, after)
+        self.monitors += 1
+        self._changed()
+
+        def undo_and_tell() -> None:
+            undo()
+            self.monitors -= 1
+            self._changed()
+
+        return undo_and_tell
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        registered = super().register(plugin, name)
+        self._changed()
+        return registered
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any | None:
+        unregistered = super().unregister(plugin, name)
+        self._changed()
+        return unregistered
+
+    def _changed(self) -> None:
+        for listener in self.listeners:
+            listener()
 
 
 def load_entry_points(manager: pluggy.PluginManager) -> list[str]:
@@ -89,34 +131,65 @@ def check_resolved_policy(policy: Policy) -> None:
         raise ConfigError(f"{path}.burst", "too large: past 2**53 where Lua stops being exact")
 
 
-class Hooks:
-    """Typed calls into the plugin manager; the only place that touches ``pm.hook``."""
+Observer = Callable[[Decision, Any], None]
 
-    def __init__(self, manager: pluggy.PluginManager) -> None:
+
+class Hooks:
+    """Typed calls into the plugin manager; the only place that touches ``pm.hook``.
+
+    Which hooks have implementations is compiled when plugins come and go, not asked on
+    every call: a hook nobody implements costs one attribute read. When Sentinel's own
+    observers (metrics, log) are the only implementations of `sentinel_decision`, they
+    are called directly, in pluggy's order; any other plugin on that hook, or a hook
+    call monitor (pluggy's tracing), puts every call back through pluggy.
+    """
+
+    def __init__(self, manager: PluginManager) -> None:
         self.manager = manager
         self._hook = manager.hook
+        self._builtins: set[int] = set()
+        self.identifies = self.exempts = self.resolves = False
+        self._observers: tuple[Observer, ...] | None = ()
+        """The observers to call directly, or None: through pluggy."""
+        manager.listeners.append(self.refresh)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Compile which hooks have implementations, after plugins came or went."""
+        hook = self._hook
+        self.identifies = bool(hook.sentinel_identify.get_hookimpls())
+        self.exempts = bool(hook.sentinel_exempt.get_hookimpls())
+        self.resolves = bool(hook.sentinel_resolve_policy.get_hookimpls())
+        observers = hook.sentinel_decision.get_hookimpls()
+        if not self.manager.monitors and all(
+            id(impl.plugin) in self._builtins for impl in observers
+        ):
+            # pluggy calls the last registered first (tryfirst/trylast already applied).
+            self._observers = tuple(cast(Observer, impl.function) for impl in reversed(observers))
+        else:
+            self._observers = None
 
     def register_builtin(self, plugin: object, name: str) -> None:
         """Register one of Sentinel's own observers. It is a plugin like any other:
         unregistering ``name`` turns it off."""
+        self._builtins.add(id(plugin))
         self.manager.register(plugin, name)
+        self.refresh()
 
     def implements_identify(self) -> bool:
         """Whether some plugin can supply identities (`sentinel_identify`)."""
-        return bool(self._hook.sentinel_identify.get_hookimpls())
+        return self.identifies
 
     def identify(self, request: Any, policy: Policy) -> str | Identity | None:
-        hook = self._hook.sentinel_identify
-        if not hook.get_hookimpls():  # the usual case: no pluggy call on the hot path
+        if not self.identifies:  # the usual case: no pluggy call on the hot path
             return None
-        result: str | Identity | None = hook(request=request, policy=policy)
+        result: str | Identity | None = self._hook.sentinel_identify(request=request, policy=policy)
         return result
 
     def exempt(self, request: Any, policy: Policy) -> bool | None:
-        hook = self._hook.sentinel_exempt
-        if not hook.get_hookimpls():  # the usual case: no pluggy call on the hot path
+        if not self.exempts:  # the usual case: no pluggy call on the hot path
             return None
-        verdict: object = hook(request=request, policy=policy)
+        verdict: object = self._hook.sentinel_exempt(request=request, policy=policy)
         if verdict is not None and not isinstance(verdict, bool):
             raise TypeError(
                 f"sentinel_exempt must return True, False or None, not {type(verdict).__name__}"
@@ -124,12 +197,11 @@ class Hooks:
         return verdict
 
     def resolve_policy(self, endpoint_id: str, identity: Identity, policy: Policy) -> Policy:
-        hook = self._hook.sentinel_resolve_policy
-        # Hot path: with no implementation (the usual case) skip pluggy's call machinery,
-        # which costs about a microsecond even when it has nothing to call.
-        if not hook.get_hookimpls():
+        if not self.resolves:  # the usual case: no pluggy call on the hot path
             return policy
-        resolved: Policy | None = hook(endpoint_id=endpoint_id, identity=identity, policy=policy)
+        resolved: Policy | None = self._hook.sentinel_resolve_policy(
+            endpoint_id=endpoint_id, identity=identity, policy=policy
+        )
         if resolved is None:
             return policy
         if not isinstance(resolved, Policy):
@@ -148,9 +220,12 @@ class Hooks:
         return resolved
 
     def decision(self, decision: Decision, request: Any) -> None:
-        hook = self._hook.sentinel_decision
-        if hook.get_hookimpls():  # skip pluggy's call machinery when nobody observes
-            hook(decision=decision, request=request)
+        observers = self._observers
+        if observers is None:
+            self._hook.sentinel_decision(decision=decision, request=request)
+            return
+        for observe in observers:
+            observe(decision, request)
 
     def breaker_transition(self, previous: BreakerState, current: BreakerState) -> None:
         self._hook.sentinel_breaker_transition(previous=previous, current=current)

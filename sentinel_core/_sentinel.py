@@ -25,12 +25,21 @@ from sentinel_core._plugins import Hooks, make_plugin_manager
 from sentinel_core.config._schema import SentinelConfig, load_config
 from sentinel_core.decision._admin import admin_call, peeked
 from sentinel_core.decision._calendar import Calendars
+from sentinel_core.decision._endpoint import Endpoint
 from sentinel_core.decision._engine import Attempt, DecisionEngine
 from sentinel_core.decision._leases import release_call, store_lease
 from sentinel_core.decision._local_denials import LocalDenials
 from sentinel_core.decision._usage import Usage, usage_call, usage_of
 from sentinel_core.errors import StoreError
-from sentinel_core.http._lifecycle import Admission, admission, adrive, drive, make_runner
+from sentinel_core.http._lifecycle import (
+    Admission,
+    admission,
+    adrive,
+    answered,
+    decided,
+    drive,
+    make_runner,
+)
 from sentinel_core.http._outcome import HttpLayer, Outcome, Prepared, RequestView
 from sentinel_core.http._routes import RouteTable
 from sentinel_core.identity._anonymous import named_identity
@@ -242,7 +251,9 @@ class Sentinel:
 
     def evaluate(self, endpoint_id: str, identity: str | Identity, request: Any = None) -> Decision:
         """Decide one request of ``identity`` (a tenant id, or an `Identity`) on ``endpoint_id``."""
-        return self._decide(self._engine.begin(endpoint_id, _identity(identity), request))
+        return self._decide(
+            self._engine.begin(self._engine.endpoint(endpoint_id), _identity(identity), request)
+        )
 
     def precheck(self, endpoint_id: str, identity: str | Identity, request: Any = None) -> Decision:
         """The `Decision` a request would get now, consuming nothing, made like
@@ -251,7 +262,9 @@ class Sentinel:
         whose `evaluate` comes after it, by status. A denial is reported to the
         observers; the store's admission is not (the `evaluate` after it is)."""
         return self._decide(
-            self._engine.begin(endpoint_id, _identity(identity), request, check=True)
+            self._engine.begin(
+                self._engine.endpoint(endpoint_id), _identity(identity), request, check=True
+            )
         )
 
     def _decide(self, attempt: Attempt) -> Decision:
@@ -276,14 +289,18 @@ class Sentinel:
         self, endpoint_id: str, identity: str | Identity, request: Any = None
     ) -> Decision:
         """`evaluate` for asyncio code: the same rules, on the asyncio store."""
-        return await self._adecide(self._engine.begin(endpoint_id, _identity(identity), request))
+        return await self._adecide(
+            self._engine.begin(self._engine.endpoint(endpoint_id), _identity(identity), request)
+        )
 
     async def aprecheck(
         self, endpoint_id: str, identity: str | Identity, request: Any = None
     ) -> Decision:
         """`precheck` on the asyncio store."""
         return await self._adecide(
-            self._engine.begin(endpoint_id, _identity(identity), request, check=True)
+            self._engine.begin(
+                self._engine.endpoint(endpoint_id), _identity(identity), request, check=True
+            )
         )
 
     async def _adecide(self, attempt: Attempt) -> Decision:
@@ -457,20 +474,49 @@ class Sentinel:
         decision = await self.aevaluate(endpoint_id, prepared.identity, request)
         return self.http.outcome(decision, prepared.cookie)
 
-    def admit(self, request: RequestView, endpoint_ids: Sequence[str]) -> Admission:
-        """Admit an HTTP request that pays for ``endpoint_ids`` (see `RouteTable.charged`):
-        the `Admission` says whether the handler may run; call its ``complete`` with
-        the final status once the response is over."""
-        conversation = admission(self.http, self._engine.policy, request, endpoint_ids)
-        charges, denial = drive(conversation, self._runner.sync)
+    def endpoint(self, endpoint_id: str) -> Endpoint:
+        """``endpoint_id`` compiled (its policy and what the policy fixes), for an
+        adapter to keep per route and hand to `admit`.
+
+        Raises:
+            UnknownEndpointError: no policy has that id.
+        """
+        return self._engine.endpoint(endpoint_id)
+
+    def admit(self, request: RequestView, endpoints: Sequence[Endpoint | str]) -> Admission:
+        """Admit an HTTP request that pays for ``endpoints`` (`endpoint` objects, or ids:
+        see `RouteTable.charged`): the `Admission` says whether the handler may run;
+        call its ``complete`` with the final status once the response is over."""
+        compiled = self._compiled(endpoints)
+        if len(compiled) == 1 and compiled[0].straight:  # identity, key, one call, outcome
+            endpoint = compiled[0]
+            prepared = self.http.prepare(endpoint.policy, request)
+            if not isinstance(prepared, Prepared):
+                return answered(request, prepared, self._runner)
+            decision = self._decide(self._engine.begin(endpoint, prepared.identity, request))
+            outcome = self.http.outcome(decision, prepared.cookie)
+            return decided(request, endpoint.policy, prepared.identity, outcome, self._runner)
+        charges, denial = drive(admission(self.http, request, compiled), self._runner.sync)
         return Admission(request, charges, denial, self._runner)
 
-    async def aadmit(self, request: RequestView, endpoint_ids: Sequence[str]) -> Admission:
+    async def aadmit(self, request: RequestView, endpoints: Sequence[Endpoint | str]) -> Admission:
         """`admit` for asyncio servers; complete it with ``acomplete``."""
         await self.http.aprefetch_keys(request)  # a JWKS fetch never runs on the loop
-        conversation = admission(self.http, self._engine.policy, request, endpoint_ids)
+        compiled = self._compiled(endpoints)
+        if len(compiled) == 1 and compiled[0].straight:
+            endpoint = compiled[0]
+            prepared = self.http.prepare(endpoint.policy, request)
+            if not isinstance(prepared, Prepared):
+                return answered(request, prepared, self._runner)
+            attempt = self._engine.begin(endpoint, prepared.identity, request)
+            outcome = self.http.outcome(await self._adecide(attempt), prepared.cookie)
+            return decided(request, endpoint.policy, prepared.identity, outcome, self._runner)
+        conversation = admission(self.http, request, compiled)
         charges, denial = await adrive(conversation, self._runner.async_)
         return Admission(request, charges, denial, self._runner)
+
+    def _compiled(self, endpoints: Sequence[Endpoint | str]) -> list[Endpoint]:
+        return [e if isinstance(e, Endpoint) else self._engine.endpoint(e) for e in endpoints]
 
     def close(self) -> None:
         if self._fleet is not None:

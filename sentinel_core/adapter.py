@@ -1,8 +1,9 @@
 """What a framework adapter needs from the core, and nothing a user's code needs.
 
 An adapter translates (SPEC §5, STYLE 8): it builds a `RequestView` from its
-framework's request, asks `RouteTable.charged` which endpoint ids the request pays
-for, calls `Sentinel.admit`/`aadmit`, answers the `Admission`'s denial or runs the
+framework's request, asks `RouteTable.charged` which endpoint ids a route pays for and
+keeps them compiled (`Sentinel.endpoint` gives the `Endpoint` of an id) per route, calls
+`Sentinel.admit`/`aadmit` with them, answers the `Admission`'s denial or runs the
 handler, adds ``headers(status)`` and ``cookie(status)`` to the response, and calls
 ``complete``/``acomplete`` with the final status. No rule of SPEC §4 and §5 lives in an
 adapter; a fourth adapter is written against this module alone.
@@ -14,6 +15,7 @@ finds the request admitted on `PASS_THROUGH`, which contains every endpoint id.
 """
 
 from sentinel_core.config._routes import duplicate_route_keys, route_key
+from sentinel_core.decision._endpoint import Endpoint
 from sentinel_core.http._lifecycle import CANCELLED, SERVER_ERROR, Admission, response_fields
 from sentinel_core.http._outcome import PROBLEM_JSON, Cookie, Outcome, RequestView
 from sentinel_core.http._routes import RouteTable
@@ -42,6 +44,7 @@ __all__ = [
     "Admission",
     "AsyncStore",
     "Cookie",
+    "Endpoint",
     "Outcome",
     "RequestView",
     "RouteTable",

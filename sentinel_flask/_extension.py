@@ -44,6 +44,7 @@ from flask import Flask, Request, Response, current_app, request
 
 import sentinel_core
 from sentinel_core import ConfigError, SentinelError
+from sentinel_core.adapter import Endpoint
 
 from ._cli import sentinel_commands
 from ._config import config_source
@@ -204,6 +205,19 @@ def _takes_default(app: Flask, native: Request, view: object) -> bool:
     return not any(getattr(blueprint, EXEMPT_ATTRIBUTE, False) for blueprint in blueprints)
 
 
+def _charged(
+    app: Flask, core: sentinel_core.Sentinel, native: Request, view: object
+) -> tuple[Endpoint, ...]:
+    """The compiled endpoints a request to ``native``'s rule and method pays for (the
+    core's rule: the view's ``@rate_limited`` ids, the ``routes`` entry, the default)."""
+    rule, method = native.url_rule, native.method
+    assert rule is not None
+    decorated = handler_endpoints(view, method)
+    default = core.route_table.default is not None and _takes_default(app, native, view)
+    ids = core.route_table.charged(method, (rule.rule,), decorated, default=default)
+    return tuple(core.endpoint(endpoint_id) for endpoint_id in ids)
+
+
 class _AppHooks:
     """One app's ``before_request`` hook: the first-request validation and the
     admission. It lives on the app (registered as its hook), not on the extension, so
@@ -215,6 +229,9 @@ class _AppHooks:
         self.unguardable: frozenset[str] = frozenset()
         """Flask endpoints whose views name an id no policy guards: they fail alone."""
         self._lock = threading.Lock()
+        self._routes: dict[tuple[str, str, str], tuple[Endpoint, ...]] = {}
+        """(view endpoint, rule, method) -> the compiled endpoints a request pays for,
+        worked out at a rule's first request (Flask adds no rule after that)."""
 
     def before_request(self) -> Response | None:
         if not self.validated:
@@ -226,15 +243,15 @@ class _AppHooks:
             # Routing failed (404, 405): not a route of the app, nothing to guard.
             return None
         app = current_app._get_current_object()  # type: ignore[attr-defined]
-        method = native.method
-        view = app.view_functions.get(rule.endpoint)
         core = core_of(app)
-        if rule.endpoint in self.unguardable:
-            _check_view(core, view)  # raises its error again: a 500, logged
-        decorated = handler_endpoints(view, method)
-        default = core.route_table.default is not None and _takes_default(app, native, view)
-        endpoint_ids = core.route_table.charged(method, (rule.rule,), decorated, default=default)
-        return admit_request(app, core, native, endpoint_ids) if endpoint_ids else None
+        key = (rule.endpoint, rule.rule, native.method)
+        endpoints = self._routes.get(key)
+        if endpoints is None:
+            view = app.view_functions.get(rule.endpoint)
+            if rule.endpoint in self.unguardable:
+                _check_view(core, view)  # raises its error again: a 500, logged
+            endpoints = self._routes[key] = _charged(app, core, native, view)
+        return admit_request(app, core, native, endpoints) if endpoints else None
 
     def _validate_once(self) -> None:
         with self._lock:

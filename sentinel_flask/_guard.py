@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from flask import Flask, Request, Response, g
 
 import sentinel_core
-from sentinel_core.adapter import PASS_THROUGH, SERVER_ERROR, Admission
+from sentinel_core.adapter import PASS_THROUGH, SERVER_ERROR, Admission, Endpoint
 
 from ._translate import (
     add_denial_headers,
@@ -59,9 +59,9 @@ def core_of(app: Flask) -> sentinel_core.Sentinel:
 
 
 def admit_request(
-    app: Flask, core: sentinel_core.Sentinel, native: Request, endpoint_ids: Sequence[str]
+    app: Flask, core: sentinel_core.Sentinel, native: Request, endpoints: Sequence[Endpoint]
 ) -> Response | None:
-    """Admit ``native``, the current request of ``app``, on ``endpoint_ids``: the denial
+    """Admit ``native``, the current request of ``app``, on ``endpoints``: the denial
     response, or None (the admission waits on `flask.g` for `finish_response`).
 
     Raises:
@@ -69,7 +69,7 @@ def admit_request(
             hands it to the app's ``errorhandler(429)`` / ``(503)``, or answers the
             exception's own SPEC §4 response.
     """
-    admission = core.admit(request_view(native), endpoint_ids)
+    admission = core.admit(request_view(native), endpoints)
     denial = admission.denial
     if denial is not None:
         response = denial_response(app, denial)
@@ -78,7 +78,7 @@ def admit_request(
         setattr(g, _DENIAL, denial)
         raise denial_error(denial.decision, response)
     setattr(g, _ADMISSION, admission)
-    setattr(g, _ADMITTED, tuple(endpoint_ids))
+    setattr(g, _ADMITTED, tuple(endpoint.endpoint_id for endpoint in endpoints))
     return None
 
 

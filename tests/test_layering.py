@@ -45,7 +45,7 @@ TOP_LEVEL: dict[str, frozenset[str]] = {
             "store",
         }
     ),
-    "adapter": frozenset({"config", "http", "store"}),
+    "adapter": frozenset({"config", "decision", "http", "store"}),
     "__main__": frozenset({"cli"}),
 }
 """What each top-level module may import (``__init__`` re-exports and may import any)."""

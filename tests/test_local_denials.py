@@ -393,7 +393,7 @@ def test_a_local_denial_takes_no_breaker_permit(redis_url: str, clock: Clock) ->
     try:
         for _ in range(3):
             sentinel.evaluate("api.hourly", TENANT)
-        attempt = sentinel._engine.begin("api.hourly", TenantIdentity(TENANT))
+        attempt = sentinel._engine.begin(sentinel.endpoint("api.hourly"), TenantIdentity(TENANT))
         assert attempt.permit is None
         decision: Decision = attempt.short_circuit()
         assert decision.local

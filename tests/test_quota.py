@@ -208,7 +208,9 @@ class Harness:
 
     def decide(self, tenant: str = "acme") -> Decision:
         """What `Sentinel.evaluate` does, on this harness's store."""
-        attempt = self.sentinel._engine.begin("plan.calls", tenant_identity(tenant))
+        attempt = self.sentinel._engine.begin(
+            self.sentinel.endpoint("plan.calls"), tenant_identity(tenant)
+        )
         with attempt:
             try:
                 reply = self.store.run(attempt.call)

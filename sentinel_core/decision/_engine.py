@@ -3,7 +3,7 @@
 A decision is made in three steps, the middle one being the only I/O and living in the
 sync and async shells (`Sentinel.evaluate` / `Sentinel.aevaluate`)::
 
-    attempt = engine.begin(endpoint_id, identity, request)   # policy, keys, breaker permit
+    attempt = engine.begin(endpoint, identity, request)   # policy, keys, breaker permit
     reply = store.run(attempt.call)                           # one script execution
     decision = attempt.succeeded(reply)  # or attempt.failed(exc), or attempt.short_circuit()
 
@@ -36,6 +36,7 @@ from sentinel_core._models import (
 )
 from sentinel_core._plugins import Hooks
 from sentinel_core.decision._calendar import Calendars
+from sentinel_core.decision._endpoint import Endpoint
 from sentinel_core.decision._leases import Lease, LocalInflight, lease_call, lease_name, store_lease
 from sentinel_core.decision._local_denials import LocalDenials, Remembered
 from sentinel_core.errors import (
@@ -71,26 +72,32 @@ class DecisionEngine:
         local_denials: LocalDenials | None = None,
     ) -> None:
         self.policies = policies
+        self.endpoints = {endpoint_id: Endpoint(policy) for endpoint_id, policy in policies.items()}
+        """Every endpoint id, compiled once."""
         self.local_denials = LocalDenials(0) if local_denials is None else local_denials
         self.breaker = breaker
         self.emergency = emergency
         self.hooks = hooks
-        self._args: dict[str, tuple[Policy, int, tuple[int, ...]]] = {}
         self.calendars = Calendars()
         self.inflight = LocalInflight()
 
-    def policy(self, endpoint_id: str) -> Policy:
+    def endpoint(self, endpoint_id: str) -> Endpoint:
         try:
-            return self.policies[endpoint_id]
+            return self.endpoints[endpoint_id]
         except KeyError:
             raise UnknownEndpointError(endpoint_id) from None
 
+    def policy(self, endpoint_id: str) -> Policy:
+        return self.endpoint(endpoint_id).policy
+
     def begin(
-        self, endpoint_id: str, identity: Identity, request: Any = None, *, check: bool = False
+        self, endpoint: Endpoint, identity: Identity, request: Any = None, *, check: bool = False
     ) -> Attempt:
         """The decision of one request (a check: nothing consumed; see the module's doc)."""
         started = time.perf_counter_ns()
-        policy = self.hooks.resolve_policy(endpoint_id, identity, self.policy(endpoint_id))
+        policy = endpoint.policy
+        if self.hooks.resolves:
+            policy = self.hooks.resolve_policy(endpoint.endpoint_id, identity, policy)
         local = self.local_denials
         # A concurrency slot frees up when another request ends: a denial of one says
         # nothing about the next instant, so those always ask the store.
@@ -115,15 +122,14 @@ class DecisionEngine:
             return lease_call(policy, identity, lease_name())
         if policy.algorithm is Algorithm.QUOTA:
             return self.calendars.quota_call(policy, identity)
-        # Hashing a Policy (for script_args' cache) costs more than building the keys;
-        # the configured policy object is nearly always the one resolved, so remember
-        # its arguments by identity.
+        # Hashing a Policy (for script_args' cache) costs more than building the keys:
+        # the configured policy, nearly always the one resolved, has its arguments
+        # compiled on its endpoint.
         keys = identity.bucket_keys(policy)
-        cached = self._args.get(policy.endpoint_id)
-        if cached is None or cached[0] is not policy or cached[1] != len(keys):
-            args = script_args(policy, Mode.DECIDE, len(keys))
-            cached = self._args[policy.endpoint_id] = (policy, len(keys), args)
-        return ScriptCall(policy.algorithm, keys, cached[2])
+        endpoint = self.endpoints.get(policy.endpoint_id)
+        if endpoint is not None and endpoint.policy is policy:
+            return ScriptCall(policy.algorithm, keys, endpoint.decide_args(len(keys)))
+        return ScriptCall(policy.algorithm, keys, script_args(policy, Mode.DECIDE, len(keys)))
 
 
 class Attempt:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from sentinel_core._models import STORE_VERDICTS, Decision, Policy
+from sentinel_core.decision._endpoint import Endpoint
 from sentinel_core.http._outcome import EXEMPT, Cookie, HttpLayer, Outcome, Prepared, RequestView
 from sentinel_core.identity._keys import AnonymousIdentity, Identity
 
@@ -87,7 +88,7 @@ Conversation = Generator[Step, Any, T]
 class Admission:
     """The admission of one request and, once the handler is done, its completion."""
 
-    __slots__ = ("_completed", "_run", "charges", "denial", "request")
+    __slots__ = ("_completed", "_cookie", "_fields", "_run", "charges", "denial", "request")
 
     def __init__(
         self,
@@ -101,7 +102,12 @@ class Admission:
         self.denial = denial
         """The response to answer instead of running the handler (401, 429, 503)."""
         self._run = run
-        self._completed = denial is not None
+        # Nothing to tell the store after the handler: no count, no lease (the usual case).
+        self._completed = denial is not None or not any(map(_owes_completion, self.charges))
+        # The response's fields, made once: every charge's outcome joined.
+        outcomes = self.outcomes
+        self._fields = list(outcomes[0].headers) if len(outcomes) == 1 else join_fields(outcomes)
+        self._cookie = next((o.cookie for o in outcomes if o.cookie is not None), None)
 
     @property
     def allowed(self) -> bool:
@@ -115,11 +121,11 @@ class Admission:
         """The RateLimit fields to add to the handler's response (status ``status``):
         one ``RateLimit-Policy`` and one ``RateLimit`` whose list members are every
         charged policy's, in the order they were decided."""
-        return response_fields((self,), status)[0]
+        return list(self._fields)
 
     def cookie(self, status: int) -> Cookie | None:
         """The new device cookie to set, only on a response that does not refuse."""
-        return response_fields((self,), status)[1]
+        return None if status in _REFUSALS else self._cookie
 
     def complete(self, status: int) -> None:
         """The completion step (blocking store calls); see the module docstring."""
@@ -150,6 +156,8 @@ def response_fields(
     """The headers and device cookie one response carries for every admission of its
     request (an adapter may admit a request in two steps): RateLimit fields joined, the
     cookie only when ``status`` does not refuse the request."""
+    if len(admissions) == 1:
+        return admissions[0].headers(status), admissions[0].cookie(status)
     outcomes = [outcome for admission in admissions for outcome in admission.outcomes]
     cookies = [outcome.cookie for outcome in outcomes if outcome.cookie is not None]
     cookie = cookies[0] if cookies and status not in _REFUSALS else None
@@ -170,19 +178,31 @@ def join_fields(outcomes: Sequence[Outcome]) -> list[tuple[str, str]]:
     return [(name, ", ".join(values)) for name, values in members.items()] + other
 
 
+def answered(request: RequestView, outcome: Outcome, run: _Runner) -> Admission:
+    """The admission of a request answered before any decision: exempt (the handler runs,
+    nothing charged) or refused (a 401)."""
+    return Admission(request, (), None if outcome is EXEMPT else outcome, run)
+
+
+def decided(
+    request: RequestView, policy: Policy, identity: Identity, outcome: Outcome, run: _Runner
+) -> Admission:
+    """The admission of a request on one endpoint id, by the outcome of its decision."""
+    if not outcome.allowed:
+        return Admission(request, (), outcome, run)
+    return Admission(request, (Charge(policy, identity, outcome),), None, run)
+
+
 def admission(
-    http: HttpLayer,
-    policy_of: Callable[[str], Policy],
-    request: RequestView,
-    endpoint_ids: Sequence[str],
+    http: HttpLayer, request: RequestView, endpoints: Sequence[Endpoint]
 ) -> Conversation[tuple[list[Charge], Outcome | None]]:
-    """Admit ``request`` on ``endpoint_ids``: every identity first (a 401 costs no store
-    call), then one decision per id in order, stopping at the first denial."""
+    """Admit ``request`` on ``endpoints``: every identity first (a 401 costs no store
+    call), then one decision per endpoint in order, stopping at the first denial."""
     prepared: list[tuple[Policy, Prepared]] = []
     cookie: Cookie | None = None
     minted: str | None = None
-    for endpoint_id in endpoint_ids:
-        policy = policy_of(endpoint_id)
+    for endpoint in endpoints:
+        policy = endpoint.policy
         found = http.prepare(policy, request)
         if found is EXEMPT:
             continue  # never limited for this id: nothing to decide or charge
@@ -227,6 +247,13 @@ def completion(admitted: Admission, status: int) -> Conversation[None]:
                 StepKind.EVALUATE, charge.policy.endpoint_id, charge.identity, admitted.request
             )
     yield from _releases(admitted.charges)
+
+
+def _owes_completion(charge: Charge) -> bool:
+    """Whether the store must hear of ``charge`` after the handler: a ``count`` policy
+    consumes then, a concurrency lease goes back then."""
+    decision = charge.outcome.decision
+    return charge.policy.count is not None or (decision is not None and decision.lease is not None)
 
 
 def _checked_by_store(charge: Charge) -> bool:

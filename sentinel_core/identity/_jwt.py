@@ -128,7 +128,8 @@ class JwtVerifier:
     expires, and the signature, ``aud`` and ``iss`` of a given token string cannot
     change. Only its time claims can, so they are checked again at every use against
     ``clock``. Tokens that fail are never remembered, so nobody can fill the cache
-    without tokens the issuer signed.
+    without tokens the issuer signed. The cache is keyed by the ``Authorization`` value
+    as sent, so a remembered token costs one dictionary lookup, no parsing.
     """
 
     def __init__(
@@ -179,12 +180,11 @@ class JwtVerifier:
 
     def _jwks_kid(self, authorization: str | None) -> str | None:
         """The ``kid`` verifying this header would look up in the JWKS, if any."""
+        verified = self._verified.get(authorization) if authorization is not None else None
+        if verified is not None:
+            return verified.published_kid
         try:
-            token = _bearer_token(authorization)
-            verified = self._verified.get(token)
-            if verified is not None:
-                return verified.published_kid
-            header = _unverified_header(token)
+            header = _unverified_header(_bearer_token(authorization))
         except AuthError:
             return None  # answered 401 before any key is looked up
         kid = header.get("kid")
@@ -198,15 +198,18 @@ class JwtVerifier:
         Raises:
             AuthError: for a missing header, another scheme, or any invalid token.
         """
-        token = _bearer_token(authorization)
-        verified = self._verified.get(token)
+        # Looked up by the raw header value, before any parsing: a header value seen
+        # with a verified token is the same token. Any other value (unseen, malformed,
+        # or refused before) goes through every format check and the signature.
+        verified = self._verified.get(authorization) if authorization is not None else None
         if verified is not None and verified.published_kid is not None:
             assert self._jwks is not None  # only a JWKS key sets published_kid
             if self._jwks.key(verified.published_kid) is None:
                 verified = None  # its key was withdrawn: verify again (and fail)
         if verified is None:
-            verified = self._verify(token)
-            self._remember(token, verified)
+            verified = self._verify(_bearer_token(authorization))
+            assert authorization is not None  # _bearer_token refuses a missing header
+            self._remember(authorization, verified)
         now, leeway = self._clock(), self._config.leeway_seconds
         if verified.expires <= now - leeway:
             raise AuthError("invalid_token", "token expired")
@@ -246,13 +249,13 @@ class JwtVerifier:
             )
         raise AuthError("invalid_token", "token signature invalid")
 
-    def _remember(self, token: str, verified: _Verified) -> None:
+    def _remember(self, authorization: str, verified: _Verified) -> None:
         if self._cache_size <= 0:
             return
         with self._lock:
             if len(self._verified) >= self._cache_size:
                 del self._verified[next(iter(self._verified))]  # dicts keep insertion order
-            self._verified[token] = verified
+            self._verified[authorization] = verified
 
     def _candidate_keys(self, kid: object, algorithm: str) -> list[_Key]:
         """The keys a token may be checked against (see the module docstring)."""

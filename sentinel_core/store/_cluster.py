@@ -37,6 +37,7 @@ from sentinel_core.store._protocol import (
     Check,
     ServerReport,
     adrive,
+    arun_script,
     check_server,
     drive,
     run_script,
@@ -82,7 +83,7 @@ class ClusterStore:
 
     def run(self, call: ScriptCall) -> Any:
         with translated():
-            return drive(run_script(call), self.client.execute_command)
+            return run_script(call, self.client.execute_command)
 
     def check(self, require_noeviction: bool) -> ServerReport:
         with translated():
@@ -128,7 +129,7 @@ class AsyncClusterStore:
 
     async def arun(self, call: ScriptCall) -> Any:
         with translated():
-            return await adrive(run_script(call), self.pipeline.execute)
+            return await arun_script(call, self.pipeline.execute)
 
     async def acheck(self, require_noeviction: bool) -> ServerReport:
         with translated():

@@ -1,9 +1,11 @@
-"""Redis conversations as generators, free of I/O, and the two drivers that run them.
+"""What the stores say to Redis: a decision's one EVALSHA, and the start-up check.
 
-A conversation yields Redis commands and receives their replies (or has the
-`RedisError` thrown into it); its return value is the result. The sync driver runs it
-on a `redis.Redis`, the async driver on a `redis.asyncio.Redis`: the rules (NOSCRIPT
-reload, what the startup check requires) are written once, here.
+A decision is one call: `run_script` (blocking) and `arun_script` (asyncio) send the
+EVALSHA straight to redis-py, and only a NOSCRIPT reply (the exception path) loads the
+script and retries once. The start-up check is a conversation, a generator free of I/O
+that yields Redis commands and receives their replies (or has the `RedisError` thrown
+into it); `drive` runs it with blocking calls and `adrive` with awaits, so what the
+check requires is written once, here.
 """
 
 from __future__ import annotations
@@ -24,21 +26,36 @@ Conversation = Generator[Command, Any, T]
 MINIMUM_REDIS_VERSION = (6, 2)
 
 
-def run_script(call: ScriptCall) -> Conversation[Any]:
-    """EVALSHA; on NOSCRIPT load the script once and retry; still missing is classified."""
-    script = call.script
-    evalsha = ("EVALSHA", script.sha, len(call.keys), *call.keys, *call.args)
+def run_script(call: ScriptCall, execute: Callable[..., Any]) -> Any:
+    """One EVALSHA with a blocking ``execute(*command)``: the whole of a decision's
+    traffic. Only on NOSCRIPT (the exception path) is the script loaded, once, and the
+    call retried; still missing, it is a `ScriptMissingError`."""
+    command = ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
     try:
-        return (yield evalsha)
+        return execute(*command)
     except NoScriptError:
-        pass
-    yield ("SCRIPT LOAD", script.source)
+        execute("SCRIPT LOAD", call.script.source)
     try:
-        return (yield evalsha)
+        return execute(*command)
     except NoScriptError as exc:
-        raise ScriptMissingError(
-            f"script {script.algorithm.value} still missing after a reload"
-        ) from exc
+        raise _still_missing(call) from exc
+
+
+async def arun_script(call: ScriptCall, execute: Callable[..., Awaitable[Any]]) -> Any:
+    """`run_script` with an awaitable ``execute(*command)``."""
+    command = ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+    try:
+        return await execute(*command)
+    except NoScriptError:
+        await execute("SCRIPT LOAD", call.script.source)
+    try:
+        return await execute(*command)
+    except NoScriptError as exc:
+        raise _still_missing(call) from exc
+
+
+def _still_missing(call: ScriptCall) -> ScriptMissingError:
+    return ScriptMissingError(f"script {call.algorithm.value} still missing after a reload")
 
 
 @dataclass(frozen=True, slots=True)

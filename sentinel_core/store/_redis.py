@@ -15,15 +15,17 @@ import redis
 import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisClusterException, RedisError
 from redis.retry import Retry
 
-from sentinel_core.store._errors import translated
+from sentinel_core.store._errors import translate, translated
 from sentinel_core.store._fleet import announce
 from sentinel_core.store._pipelining import AutoPipeline
 from sentinel_core.store._protocol import (
     Check,
     ServerReport,
     adrive,
+    arun_script,
     check_server,
     drive,
     run_script,
@@ -95,8 +97,10 @@ class RedisStore:
         )
 
     def run(self, call: ScriptCall) -> Any:
-        with translated():
-            return drive(run_script(call), self.client.execute_command)
+        try:
+            return run_script(call, self.client.execute_command)
+        except RedisError as exc:  # store._errors' boundary, inline: the hot path
+            raise translate(exc) from exc
 
     def check(self, require_noeviction: bool) -> ServerReport:
         with translated():
@@ -127,8 +131,10 @@ class AsyncRedisStore:
         )
 
     async def arun(self, call: ScriptCall) -> Any:
-        with translated():
-            return await adrive(run_script(call), self.pipeline.execute)
+        try:
+            return await arun_script(call, self.pipeline.execute)
+        except (RedisError, RedisClusterException) as exc:  # store._errors' boundary, inline
+            raise translate(exc) from exc
 
     async def acheck(self, require_noeviction: bool) -> ServerReport:
         with translated():
