@@ -197,8 +197,8 @@ class Hooks:
         return verdict
 
     def resolve_policy(self, endpoint_id: str, identity: Identity, policy: Policy) -> Policy:
-        if not self.resolves:  # the usual case: no pluggy call on the hot path
-            return policy
+        """The policy a plugin resolves for ``identity``; the engine asks only while
+        some plugin implements the hook (`resolves`)."""
         resolved: Policy | None = self._hook.sentinel_resolve_policy(
             endpoint_id=endpoint_id, identity=identity, policy=policy
         )

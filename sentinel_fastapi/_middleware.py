@@ -47,6 +47,7 @@ class SentinelMiddleware:
         self.app = app
         self.sentinel = sentinel
         self.enabled = sentinel.config.enabled
+        self._compile = sentinel.endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -58,17 +59,17 @@ class SentinelMiddleware:
             return
         index = route_index(scope["app"], self.sentinel.route_table)
         entry = index.resolve(scope)
-        endpoint_ids = () if entry is None else index.charged(entry, scope["method"])
-        if entry is None or not endpoint_ids:
+        endpoints = () if entry is None else index.endpoints(entry, scope["method"], self._compile)
+        if entry is None or not endpoints:
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)
-        admission = await self.sentinel.aadmit(request_view(request, entry.template), endpoint_ids)
+        admission = await self.sentinel.aadmit(request_view(request, entry.template), endpoints)
         if admission.denial is not None:
             response = await render_denial(request, admission.denial)
             await response(scope, receive, send)
             return
-        scope[ADMITTED] = endpoint_ids
+        scope[ADMITTED] = tuple(endpoint.endpoint_id for endpoint in endpoints)
         await _serve(self.app, admission, scope, receive, send)
 
 

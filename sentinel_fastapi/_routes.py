@@ -12,7 +12,7 @@ router does: the first route whose ``matches(scope)`` is a full match.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import fastapi.routing
@@ -20,7 +20,7 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Match
 from starlette.types import Scope
 
-from sentinel_core.adapter import RouteTable
+from sentinel_core.adapter import Endpoint, RouteTable
 
 ENDPOINT_ATTRIBUTE = "__sentinel_endpoint_id__"
 """Where `rate_limited` and `rate_limit` record their endpoint id on their function."""
@@ -48,6 +48,10 @@ class RouteEntry:
     route: BaseRoute
     matches: Callable[[Scope], tuple[Match, Scope]]
     exempt: bool = False
+    compiled: dict[str, tuple[Endpoint, ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """Method -> the compiled endpoints a request pays for, made at its first request."""
 
 
 class RouteIndex:
@@ -100,6 +104,16 @@ class RouteIndex:
         return self.table.charged(
             method, (entry.template, entry.path), entry.decorated, default=not entry.exempt
         )
+
+    def endpoints(
+        self, entry: RouteEntry, method: str, compile_id: Callable[[str], Endpoint]
+    ) -> tuple[Endpoint, ...]:
+        """`charged`, compiled with ``compile_id``, once per route and method."""
+        endpoints = entry.compiled.get(method)
+        if endpoints is None:
+            ids = self.charged(entry, method)
+            endpoints = entry.compiled[method] = tuple(map(compile_id, ids))
+        return endpoints
 
     def unmatched(self) -> list[str]:
         """The ``routes`` keys that name no route of the app."""

@@ -6,7 +6,7 @@ decided by `sentinel_core`; this module only moves values into Starlette's types
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -32,10 +32,28 @@ def request_view(request: HTTPConnection, route: str | None) -> RequestView:
         method=request.scope["method"],
         route=route,
         headers=request.headers,
-        cookies=request.cookies,
+        cookies=LazyCookies(request),
         peer=client[0] if client else None,
         native=request,
     )
+
+
+class LazyCookies(Mapping[str, str]):
+    """The request's cookies, parsed only when read: tenant policies never read them."""
+
+    __slots__ = ("_request",)
+
+    def __init__(self, request: HTTPConnection) -> None:
+        self._request = request
+
+    def __getitem__(self, name: str) -> str:
+        return self._request.cookies[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._request.cookies)
+
+    def __len__(self) -> int:
+        return len(self._request.cookies)
 
 
 def starlette_user(request: HTTPConnection) -> str | None:

@@ -173,3 +173,36 @@ def test_joining_keeps_headers_that_are_not_lists_as_they_are() -> None:
     ]
 
     assert join_fields(outcomes) == [("RateLimit", '"a";r=1, "b";r=2'), ("X-Other", "1")]
+
+
+def test_an_exempt_request_on_several_ids_is_charged_for_none() -> None:
+    limiter = make_sentinel(
+        {
+            "redis_url": "memory://",
+            "jwt": {"key": HS_SECRET},
+            "exempt": {"tenants": ["tenant-a"]},
+            "policies": {"small": policy(1), "large": policy(3)},
+        }
+    )
+
+    for _ in range(3):
+        admission = limiter.admit(request_view(headers=AUTH), ["small", "large"])
+        assert admission.allowed
+        assert admission.charges == ()
+        assert admission.headers(200) == []
+
+
+def test_the_straight_line_and_the_conversation_answer_alike() -> None:
+    """One id without count or lease (given compiled here) takes the straight line,
+    several ids the conversation: the same policy's outcome carries the same fields."""
+    straight, talked = sentinel(), sentinel()
+
+    one = straight.admit(request_view(headers=AUTH), [straight.endpoint("large")])
+    two = talked.admit(request_view(headers=AUTH), ["large", "small"])
+
+    assert one.charges[0].outcome.headers == two.charges[0].outcome.headers
+    assert straight.admit(request_view(headers=AUTH), ["small"]).allowed
+    denied = straight.admit(request_view(headers=AUTH), ["small"])
+    assert denied.denial is not None
+    assert denied.denial.status == 429
+    assert denied.charges == ()
