@@ -162,6 +162,10 @@ class CircuitBreaker:
 
     def record_success(self, permit: Permit) -> None:
         """A genuine Redis success: resets the failure count; a successful probe closes."""
+        if not permit.probe and self._failures == 0:
+            # Nearly every call: nothing to reset, no lock. A failure recorded meanwhile
+            # by another call is no later than this success in any order that matters.
+            return
         with self._lock:
             changed = None
             if permit.generation == self._generation:

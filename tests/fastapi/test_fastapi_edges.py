@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from fastapi import FastAPI, HTTPException
 from prometheus_client import CollectorRegistry
+from starlette.requests import Request
 
 from sentinel_core import Decision, RequestView, hookimpl
 from sentinel_fastapi import Sentinel, rate_limited
+from sentinel_fastapi._translate import request_view
 from tests.fastapi.apps import MakeApp
 from tests.fastapi.conftest import client, lifespan, serve
 from tests.support.adapter_config import bearer, spec_config
@@ -205,3 +207,18 @@ async def test_a_handler_that_raises_hands_its_lease_back_to_a_client_that_re_ra
         statuses = [(await http.get("/forbidden", headers=AUTH)).status_code for _ in range(2)]
 
     assert statuses == [403, 403]
+
+
+def test_the_request_view_reads_cookies_only_when_asked_and_like_a_mapping() -> None:
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/",
+        "headers": [(b"cookie", b"a=1; b=2")],
+        "client": ("127.0.0.1", 1),
+    }
+    view = request_view(Request(scope), "/")
+
+    assert dict(view.cookies) == {"a": "1", "b": "2"}
+    assert len(view.cookies) == 2
+    assert view.cookies["b"] == "2"
