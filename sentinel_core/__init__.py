@@ -14,6 +14,7 @@ from sentinel_core._models import (
     Policy,
     Rate,
 )
+from sentinel_core._reservation import Reservation
 from sentinel_core._sentinel import Sentinel
 from sentinel_core.config._schema import SentinelConfig, load_config
 from sentinel_core.decision._usage import Usage
@@ -42,6 +43,7 @@ __all__ = [
     "Policy",
     "Rate",
     "RequestView",
+    "Reservation",
     "Sentinel",
     "SentinelConfig",
     "SentinelError",

@@ -104,6 +104,10 @@ class Policy:
     count: frozenset[int] | None = None
     """The response statuses that consume (SPEC §2 ``count``); None: every request does.
     A request is still checked before the handler, and consumes after it."""
+    settle: bool = False
+    """Usage known after the handler (SPEC §2 ``settle``): a request reserves ``cost``
+    before it, and is settled at what it used after it (token bucket, sliding window
+    and quota policies)."""
     fallback_scope: FallbackScope = FallbackScope.PROCESS
     """Fail-open policies: ``fallback_rate`` per process, or for the whole fleet of
     processes sharing the store, divided by the live count each last saw."""

@@ -22,6 +22,7 @@ from sentinel_core import _embedded
 from sentinel_core._fleet import fleet_of
 from sentinel_core._models import Algorithm, Decision, Policy, Slot
 from sentinel_core._plugins import Hooks, make_plugin_manager
+from sentinel_core._reservation import Reservation, Settlement
 from sentinel_core.config._schema import SentinelConfig, load_config
 from sentinel_core.decision._admin import admin_call, peeked
 from sentinel_core.decision._calendar import Calendars
@@ -29,6 +30,7 @@ from sentinel_core.decision._endpoint import Endpoint
 from sentinel_core.decision._engine import Attempt, DecisionEngine
 from sentinel_core.decision._leases import release_call, store_lease
 from sentinel_core.decision._local_denials import LocalDenials
+from sentinel_core.decision._settle import reservation_units
 from sentinel_core.decision._usage import Usage, usage_call, usage_of
 from sentinel_core.errors import StoreError
 from sentinel_core.http._lifecycle import (
@@ -140,6 +142,9 @@ class Sentinel:
         self._check_deferred = False
         self._deferred_check_lock = threading.Lock()
         """Held by the one caller running the deferred check; the others never wait."""
+        self._settlement = Settlement(
+            self._engine, lambda: self.store, lambda: self.async_store, metrics, clock_ns
+        )
 
     def policy(self, endpoint_id: str) -> Policy:
         """The configured `Policy` of ``endpoint_id``, as loaded: before any
@@ -356,6 +361,34 @@ class Sentinel:
             await self.async_store.arun(call)
         except StoreError as exc:
             _release_failed(policy, exc)
+
+    def reserve(
+        self, endpoint_id: str, identity: str | Identity, units: int | None = None
+    ) -> Reservation:
+        """Reserve ``units`` (default: the policy's ``cost``) of a ``settle`` policy for
+        work whose usage is known only once it is done (SPEC §3): admitted or denied
+        like `evaluate`, in one script call. Settle it with what the work used,
+        ``reservation.settle(units)``, once; as a context manager, a reservation left
+        unsettled stays charged as reserved.
+
+        Raises:
+            ValueError: the policy is not a settle policy, or ``units`` is not from 1 to
+                its smallest limit.
+            TypeError: ``units`` is not an int.
+        """
+        who, endpoint = _identity(identity), self._engine.endpoint(endpoint_id)
+        reserved = reservation_units(endpoint.policy, units)
+        decision = self._decide(self._engine.begin(endpoint, who, units=reserved))
+        return Reservation(self._settlement, decision, who)
+
+    async def areserve(
+        self, endpoint_id: str, identity: str | Identity, units: int | None = None
+    ) -> Reservation:
+        """`reserve` on the asyncio store; settle it with ``await reservation.asettle(units)``."""
+        who, endpoint = _identity(identity), self._engine.endpoint(endpoint_id)
+        reserved = reservation_units(endpoint.policy, units)
+        decision = await self._adecide(self._engine.begin(endpoint, who, units=reserved))
+        return Reservation(self._settlement, decision, who)
 
     @contextlib.contextmanager
     def lease(self, endpoint_id: str, identity: str | Identity) -> Iterator[Decision]:

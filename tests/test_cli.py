@@ -38,6 +38,7 @@ SERVER_CHECKS = (
     "script sliding_window",
     "script concurrency",
     "script quota",
+    "script settle",
 )
 
 

@@ -29,10 +29,14 @@ TOP_LEVEL: dict[str, frozenset[str]] = {
     "hookspecs": frozenset({"_models", "identity", "resilience"}),
     "_plugins": frozenset({"_models", "errors", "hookspecs", "identity", "resilience"}),
     "_fleet": frozenset({"_models", "config", "errors", "hookspecs", "resilience", "store"}),
+    "_reservation": frozenset(
+        {"_models", "decision", "errors", "identity", "observability", "resilience", "store"}
+    ),
     "_sentinel": frozenset(
         {
             "_embedded",
             "_fleet",
+            "_reservation",
             "_models",
             "errors",
             "_plugins",

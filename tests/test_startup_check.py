@@ -20,7 +20,7 @@ from sentinel_core.store._protocol import ServerReport
 from sentinel_core.store._scripts import all_scripts
 from tests.support.redis_server import RedisServer, free_port
 
-SCRIPT_CHECKS = {f"script {script.algorithm.value}" for script in all_scripts()}
+SCRIPT_CHECKS = {f"script {script.name}" for script in all_scripts()}
 
 
 @pytest.fixture
@@ -126,7 +126,7 @@ def test_fit_server_passes_and_reports_each_check(
     assert checks["eviction policy"].detail == "maxmemory-policy is noeviction"
     assert checks["maxmemory"].detail == f"maxmemory is {redis_server.maxmemory} bytes"
     for script in all_scripts():
-        assert checks[f"script {script.algorithm.value}"].detail == f"loaded as {script.sha}"
+        assert checks[f"script {script.name}"].detail == f"loaded as {script.sha}"
     assert loaded == [True] * len(all_scripts())  # the check really loaded them
 
 

@@ -80,6 +80,12 @@ def _fail_mode(section: Section) -> FailMode:
 
 
 def _concurrency(section: Section, fail_mode: FailMode, common: dict[str, Any]) -> Policy:
+    if section.has("settle"):
+        raise ConfigError(
+            section.path("settle"),
+            "concurrency policies count requests in flight, not units used: settle applies "
+            "to token_bucket, sliding_window and quota policies",
+        )
     if section.has("rate"):
         raise ConfigError(
             section.path("rate"), "concurrency policies take `limit` (requests in flight)"
@@ -147,5 +153,6 @@ def _quota(section: Section, fail_mode: FailMode, common: dict[str, Any]) -> Pol
         cost=cost,
         calendar=calendar,
         timezone=zone,
+        settle=section.boolean("settle", False),
         **common,
     )

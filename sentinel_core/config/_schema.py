@@ -37,6 +37,7 @@ from sentinel_core.config._network import ExemptConfig, Network, parse_exempt, p
 from sentinel_core.config._reader import Section, parse_rate
 from sentinel_core.config._routes import parse_route_key
 from sentinel_core.errors import ConfigError
+from sentinel_core.store._scripts import debt_horizon
 from sentinel_core.store._url import resolve
 
 if sys.version_info >= (3, 11):
@@ -292,17 +293,16 @@ def _parse_policy(section: Section, endpoint_id: str, anonymous: AnonymousConfig
         if section.has("count")
         else None,
         fallback_scope=parse_fallback_scope(section, algorithm, fail_mode),
+        settle=section.boolean("settle", False),
     )
     section.finish()
-    _check_exact(algorithm, rate, burst, cost, section, "rate", "burst")
-    for layer in layers:
-        _check_exact(algorithm, layer, layer.count, cost, section, "rates", "rates")
+    limits = [(rate, burst, "rate", "burst")]
+    limits += [(layer, layer.count, "rates", "rates") for layer in layers]
     if network_rate is not None and network_burst is not None:
-        _check_exact(
-            algorithm, network_rate, network_burst, cost, section, "network_rate", "network_burst"
-        )
-    for layer in network_layers:
-        _check_exact(algorithm, layer, layer.count, cost, section, "network_rates", "network_rates")
+        limits.append((network_rate, network_burst, "network_rate", "network_burst"))
+    limits += [(layer, layer.count, "network_rates", "network_rates") for layer in network_layers]
+    for limit, capacity, rate_key, burst_key in limits:
+        _check_exact(policy, limit, capacity, section, rate_key, burst_key)
     return policy
 
 
@@ -356,24 +356,27 @@ def _parse_network(
 
 
 def _check_exact(
-    algorithm: Algorithm,
+    policy: Policy,
     rate: Rate,
     burst: int,
-    cost: int,
     section: Section,
     rate_key: str,
     burst_key: str,
 ) -> None:
     """Refuse parameters whose Lua arithmetic could exceed 2**53 (see the scripts' headers)."""
-    period = rate.period_seconds
-    if algorithm is Algorithm.TOKEN_BUCKET:
-        # GCRA: TIME plus the time an empty bucket takes to fill (token_bucket.lua).
+    period, cost = rate.period_seconds, policy.cost
+    if policy.algorithm is Algorithm.TOKEN_BUCKET:
+        # GCRA: TIME plus the time an empty bucket takes to fill (token_bucket.lua); a
+        # settle policy's TAT reaches twice its debt horizon at most (settle.lua).
         inc = -(-cost * period * MICRO // rate.count)
         largest = LUA_TIME_BOUND_US + burst // cost * inc
+        if policy.settle:
+            largest = LUA_TIME_BOUND_US + 2 * debt_horizon(rate, burst)
         key = burst_key if section.has(burst_key) else rate_key
     else:
-        # the estimate compares (current + cost) * window_us against limit * window_us.
-        largest = (burst + cost) * period * MICRO
+        # the estimate compares (current + cost) * window_us against limit * window_us;
+        # a settle policy's counts reach twice the limit, and weigh against it.
+        largest = ((4 if policy.settle else 1) * burst + cost) * period * MICRO
         key = rate_key
     if largest >= LUA_EXACT_LIMIT:
         raise ConfigError(

@@ -21,6 +21,7 @@ reported to the observers: the consumption after the handler is.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from types import TracebackType
@@ -91,13 +92,22 @@ class DecisionEngine:
         return self.endpoint(endpoint_id).policy
 
     def begin(
-        self, endpoint: Endpoint, identity: Identity, request: Any = None, *, check: bool = False
+        self,
+        endpoint: Endpoint,
+        identity: Identity,
+        request: Any = None,
+        *,
+        check: bool = False,
+        units: int | None = None,
     ) -> Attempt:
-        """The decision of one request (a check: nothing consumed; see the module's doc)."""
+        """The decision of one request (a check: nothing consumed; see the module's doc),
+        costing ``units`` instead of the policy's ``cost`` (a settle policy's reservation)."""
         started = time.perf_counter_ns()
         policy = endpoint.policy
         if self.hooks.resolves:
             policy = self.hooks.resolve_policy(endpoint.endpoint_id, identity, policy)
+        if units is not None and units != policy.cost:
+            policy = dataclasses.replace(policy, cost=units)
         local = self.local_denials
         # A concurrency slot frees up when another request ends: a denial of one says
         # nothing about the next instant, so those always ask the store.

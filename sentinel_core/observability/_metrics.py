@@ -112,6 +112,20 @@ class SentinelMetrics:
             ["endpoint_id"],
             registry=registry,
         )
+        self.units = Counter(
+            "sentinel_units",
+            "Units charged by settle policies after settlement: what each request used, "
+            "or its reservation when it reported nothing or could not be settled.",
+            ["endpoint_id"],
+            registry=registry,
+        )
+        self.unsettled_units = Counter(
+            "sentinel_unsettled_units",
+            "Units a settlement could not refund or charge (the store failed or the "
+            "breaker was open): the difference between used and reserved.",
+            ["endpoint_id"],
+            registry=registry,
+        )
         for state in BreakerState:
             # Every state's series exists from the start, so rate() and alerts see a 0.
             self.transitions.labels(state=str(state))
@@ -254,6 +268,14 @@ class MetricsPlugin:
     def exempted(self, endpoint_id: str) -> None:
         """Count one exempt request (they produce no decision to observe)."""
         self.metrics.exempt.labels(endpoint_id=endpoint_id).inc()
+
+    def settled(self, endpoint_id: str, units: int) -> None:
+        """Count ``units`` charged by one settled (or kept) reservation."""
+        self.metrics.units.labels(endpoint_id=endpoint_id).inc(units)
+
+    def unsettled(self, endpoint_id: str, units: int) -> None:
+        """Count ``units`` a failed settlement left refunded or charged wrongly."""
+        self.metrics.unsettled_units.labels(endpoint_id=endpoint_id).inc(units)
 
     @hookimpl
     def sentinel_breaker_transition(self, previous: BreakerState, current: BreakerState) -> None:

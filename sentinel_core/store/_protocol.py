@@ -55,7 +55,7 @@ async def arun_script(call: ScriptCall, execute: Callable[..., Awaitable[Any]]) 
 
 
 def _still_missing(call: ScriptCall) -> ScriptMissingError:
-    return ScriptMissingError(f"script {call.algorithm.value} still missing after a reload")
+    return ScriptMissingError(f"script {call.script.name} still missing after a reload")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +114,7 @@ def check_server(require_noeviction: bool) -> Conversation[ServerReport]:
         sha = sha.decode() if isinstance(sha, bytes) else str(sha)
         checks.append(
             Check(
-                f"script {script.algorithm.value}",
+                f"script {script.name}",
                 sha == script.sha,
                 f"loaded as {sha}"
                 if sha == script.sha

@@ -30,7 +30,8 @@ from sentinel_core.store._protocol import (
     drive,
     run_script,
 )
-from sentinel_core.store._scripts import ScriptCall, run_reference
+from sentinel_core.store._reference import Write
+from sentinel_core.store._scripts import ScriptCall, run_reference, run_settle_reference
 
 MEMORY_URL = "memory://"
 
@@ -170,14 +171,20 @@ class MemoryStore:
         with self._lock:
             now = self._clock_us()
             states = [self._live(key, now) for key in call.keys]
+            raw: Any
+            writes: Sequence[Write] | None
             with translated():  # the reference raises what the script would
-                reply, writes = run_reference(call, states, now)
+                if call.settle:
+                    raw, writes = run_settle_reference(call, states, now)
+                else:
+                    reply, writes = run_reference(call, states, now)
+                    raw = list(reply)
             for write in writes or ():
                 self._data[call.keys[write.index]] = (write.value, now + write.ttl_ms * 1_000)
                 self._writes += 1
             if self._writes >= self._SWEEP_EVERY:
                 self._sweep(now)
-        return list(reply)
+        return raw
 
     def clear(self) -> None:
         """Forget every key (between tests: the ``sentinel_reset`` fixture)."""

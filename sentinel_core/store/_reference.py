@@ -103,10 +103,12 @@ class Write:
     ttl_ms: int
 
 
-TokenBucketParams = tuple[int, int, int, int]
-"""(inc: us one request's cost takes to refill, tau: tolerance in us, cost, burst)"""
-SlidingWindowParams = tuple[int, int, int]
-"""(limit per window, window length in microseconds, cost)"""
+TokenBucketParams = tuple[int, ...]
+"""(inc: us one request's cost takes to refill, tau: tolerance in us, cost, burst), and
+for a settle policy the horizon: how far ahead of the clock a TAT is read"""
+SlidingWindowParams = tuple[int, ...]
+"""(limit per window, window length in microseconds, cost), and for a settle policy the
+ceiling: the highest count read"""
 
 
 def _binding(lefts: Sequence[int], resets: Sequence[int]) -> int:
@@ -149,18 +151,21 @@ def token_bucket(
     lefts: list[int] = []
     resets: list[int] = []
     writes: list[Write] = []
-    for index, (state, (inc, tau, cost, burst)) in enumerate(zip(states, params, strict=True)):
+    for index, (state, bucket) in enumerate(zip(states, params, strict=True)):
+        inc, tau, cost, burst = bucket[:4]
+        horizon = bucket[4] if len(bucket) > 4 else tau + inc
         tat = now_us
         if mode is not Mode.RESET and isinstance(state, str) and _TAT_STATE.fullmatch(state):
             stored = int(state)
-            if now_us < stored <= now_us + tau + inc:
+            if now_us < stored <= now_us + horizon:
                 tat = stored
         debt = tat - now_us
         last_wait_us = max(0, debt - tau)
         if debt > tau:
             allowed = False
             wait_us = max(wait_us, debt - tau)
-            lefts.append(burst + debt // -inc * cost)  # burst - ceil(debt / inc) * cost
+            # burst - ceil(debt / inc) * cost, at least 0 (a settle policy's debt)
+            lefts.append(max(0, burst + debt // -inc * cost))
             resets.append(debt)
             continue
         lefts.append(burst + (debt + inc) // -inc * cost)
@@ -172,9 +177,10 @@ def token_bucket(
     return _finish(mode, allowed, now_us, lefts, resets, wait_us, writes, last_wait_us)
 
 
-def _window_counts(state: State, index: int, limit: int) -> tuple[int, int, int]:
+def _window_counts(state: State, index: int, ceiling: int) -> tuple[int, int, int]:
     """(current, previous, window index) of a sliding-window state read in ``index``:
-    ``"<current + 1><previous><digits of previous - 1><index mod 10>"``."""
+    ``"<current + 1><previous><digits of previous - 1><index mod 10>"``, each count at
+    most ``ceiling``."""
     match = _WINDOW_STATE.fullmatch(state) if isinstance(state, str) else None
     if match is None or len(match[1]) <= int(match[2]) + 1:
         return 0, 0, index
@@ -188,7 +194,7 @@ def _window_counts(state: State, index: int, limit: int) -> tuple[int, int, int]
         previous = stored_current
     elif distance == 9:  # TIME went back across a window edge
         current, previous, index = stored_current, stored_previous, index + 1
-    return min(current, limit), min(previous, limit), index
+    return min(current, ceiling), min(previous, ceiling), index
 
 
 def window_state(current: int, previous: int, index: int) -> str:
@@ -209,11 +215,13 @@ def sliding_window(
     lefts: list[int] = []
     resets: list[int] = []
     writes: list[Write] = []
-    for i, (state, (limit, window, cost)) in enumerate(zip(states, params, strict=True)):
+    for i, (state, bucket) in enumerate(zip(states, params, strict=True)):
+        limit, window, cost = bucket[:3]
+        ceiling = bucket[3] if len(bucket) > 3 else limit
         index, elapsed = divmod(now_us, window)
         current, previous, ahead = 0, 0, 0
         if mode is not Mode.RESET:
-            current, previous, stored_index = _window_counts(state, index, limit)
+            current, previous, stored_index = _window_counts(state, index, ceiling)
             if stored_index > index:  # a window ahead of TIME: wait for it
                 index, ahead, elapsed = stored_index, stored_index * window - now_us, 0
         room = limit * window - previous * (window - elapsed) - current * window

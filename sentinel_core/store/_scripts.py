@@ -16,13 +16,19 @@ from sentinel_core._models import MICRO, Algorithm, Policy, Rate
 from sentinel_core.store import _reference
 from sentinel_core.store._reference import Mode, ScriptReply, State, Write
 from sentinel_core.store._reference_extra import run_extra
+from sentinel_core.store._reference_settle import settle
 
 
 @dataclass(frozen=True, slots=True)
 class Script:
-    algorithm: Algorithm
+    name: str
+    """The file's name: an `Algorithm`'s value, or `SETTLE`."""
     source: str
     sha: str
+
+
+SETTLE = "settle"
+"""The settlement script (``lua/settle.lua``), shared by the settle policies' algorithms."""
 
 
 def _lua(name: str) -> str:
@@ -30,15 +36,15 @@ def _lua(name: str) -> str:
 
 
 @cache
-def script(algorithm: Algorithm) -> Script:
-    """The Lua source of ``algorithm`` (its file, after the shared ``integers.lua``) and
-    its SHA1, which is what EVALSHA names it by."""
-    source = _lua("integers") + _lua(algorithm.value)
-    return Script(algorithm, source, hashlib.sha1(source.encode()).hexdigest())
+def script(name: str) -> Script:
+    """The Lua source of script ``name`` (an `Algorithm`'s, or `SETTLE`: its file, after
+    the shared ``integers.lua``) and its SHA1, which is what EVALSHA names it by."""
+    source = _lua("integers") + _lua(name)
+    return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
 
 
 def all_scripts() -> tuple[Script, ...]:
-    return tuple(script(algorithm) for algorithm in Algorithm)
+    return (*(script(algorithm.value) for algorithm in Algorithm), script(SETTLE))
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,37 +55,64 @@ class ScriptCall:
     keys: tuple[str, ...]
     args: tuple[int, ...]
     """ARGV: the `Mode`, then one parameter set per key (see the scripts' headers)."""
+    settle: bool = False
+    """A settlement (``lua/settle.lua``) of ``algorithm``'s buckets, not a decision."""
 
     @property
     def script(self) -> Script:
-        return script(self.algorithm)
+        return script(SETTLE if self.settle else self.algorithm.value)
 
 
-def bucket_parameters(algorithm: Algorithm, rate: Rate, burst: int, cost: int) -> tuple[int, ...]:
-    """One bucket's parameter set in ARGV (see the scripts' headers)."""
+def bucket_parameters(
+    algorithm: Algorithm, rate: Rate, burst: int, cost: int, settle: bool = False
+) -> tuple[int, ...]:
+    """One bucket's parameter set in ARGV (see the scripts' headers); a settle policy's
+    ends with the horizon (token bucket) or the ceiling (sliding window) of its debt."""
     period_us = rate.period_seconds * MICRO
     if algorithm is Algorithm.TOKEN_BUCKET:
         # GCRA: a request's cost refills in inc us (rounded up: never faster than the
         # rate), and floor(burst / cost) requests fit in a burst.
         inc = -(-cost * period_us // rate.count)
-        return (inc, (burst // cost - 1) * inc, cost, burst)
-    return (burst, period_us, cost)
+        own = (inc, (burst // cost - 1) * inc, cost, burst)
+        return (*own, debt_horizon(rate, burst)) if settle else own
+    return (burst, period_us, cost, 2 * burst) if settle else (burst, period_us, cost)
+
+
+def capacity_us(rate: Rate, burst: int) -> int:
+    """Microseconds a token bucket of ``burst`` at ``rate`` takes to refill from empty."""
+    return -(-burst * rate.period_seconds * MICRO // rate.count)
+
+
+def debt_horizon(rate: Rate, burst: int) -> int:
+    """How far ahead of the clock a settle policy's token bucket reads a TAT: an empty
+    bucket's (for any cost: at most the capacity plus a microsecond per token of
+    rounding) plus one capacity of debt."""
+    return 2 * capacity_us(rate, burst) + burst
+
+
+def key_limits(policy: Policy, keys: int) -> tuple[tuple[Rate, int], ...]:
+    """The (rate, capacity) of each of ``keys`` buckets of a call of ``policy``: one per
+    limit of a layered policy, the device's then the network's for the anonymous AND
+    (a new device's: the network's new devices', its own, then the network's), or else
+    the policy's own for every key."""
+    limits = policy.limits
+    groups, rest = divmod(keys, len(limits))
+    if policy.network_limits and not rest and groups in (2, 3):
+        return limits * (groups - 1) + policy.network_limits
+    if policy.layers and keys == len(limits):
+        return limits
+    return ((policy.rate, policy.burst),) * keys
 
 
 @lru_cache(maxsize=1_024)  # bounded: a plugin may mint a policy per request
 def script_args(policy: Policy, mode: Mode = Mode.DECIDE, keys: int = 1) -> tuple[int, ...]:
     """The ARGV of a call of ``policy`` over ``keys`` buckets (see each script's header):
-    the mode, then one set per limit of a layered policy, the device's sets then the
-    network's for the anonymous AND (a new device's: the network's new devices' sets,
-    its own, then the network's), or else the policy's own set for every key."""
-    limits = policy.limits
-    groups, rest = divmod(keys, len(limits))
-    if policy.network_limits and not rest and groups in (2, 3):
-        limits = limits * (groups - 1) + policy.network_limits
-    elif not (policy.layers and keys == len(limits)):
-        own = bucket_parameters(policy.algorithm, policy.rate, policy.burst, policy.cost)
-        return (int(mode), *own * keys)
-    sets = (bucket_parameters(policy.algorithm, rate, burst, policy.cost) for rate, burst in limits)
+    the mode, then each bucket's parameters (see `key_limits`)."""
+    algorithm, cost, settle = policy.algorithm, policy.cost, policy.settle
+    sets = (
+        bucket_parameters(algorithm, rate, burst, cost, settle)
+        for rate, burst in key_limits(policy, keys)
+    )
     return (int(mode), *(arg for parameters in sets for arg in parameters))
 
 
@@ -91,8 +124,15 @@ def run_reference(
         strings = [state if isinstance(state, str) else None for state in states]
         return run_extra(call.algorithm, call.keys, call.args, strings, now_us)
     mode, p = Mode(call.args[0]), call.args[1:]
+    stride = len(p) // len(call.keys)  # a settle policy's sets are one longer
+    sets = [tuple(p[i : i + stride]) for i in range(0, len(p), stride)]
     if call.algorithm is Algorithm.TOKEN_BUCKET:
-        buckets = [(p[i], p[i + 1], p[i + 2], p[i + 3]) for i in range(0, len(p), 4)]
-        return _reference.token_bucket(states, now_us, buckets, mode)
-    windows = [(p[i], p[i + 1], p[i + 2]) for i in range(0, len(p), 3)]
-    return _reference.sliding_window(states, now_us, windows, mode)
+        return _reference.token_bucket(states, now_us, sets, mode)
+    return _reference.sliding_window(states, now_us, sets, mode)
+
+
+def run_settle_reference(
+    call: ScriptCall, states: Sequence[State], now_us: int
+) -> tuple[int, list[Write]]:
+    """What ``lua/settle.lua`` would answer (its TIME) and write for the settlement ``call``."""
+    return settle(states, now_us, call.args)

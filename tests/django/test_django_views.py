@@ -16,7 +16,8 @@ from django.test import AsyncClient, Client, override_settings
 from django_harness import Configure, Http, LoopRunner, PeerAsyncClient
 
 import sentinel_django
-from sentinel_core import Algorithm, Sentinel, StartupError, UnknownEndpointError
+from sentinel_core import Sentinel, StartupError, UnknownEndpointError
+from sentinel_core.store._scripts import all_scripts
 from sentinel_django import _loops, conf, rate_limited
 from sentinel_django._runtime import RECHECK_SECONDS
 from sentinel_django.middleware import SentinelMiddleware
@@ -288,9 +289,9 @@ def test_startup_check_runs_once_before_the_first_guarded_request(
         thread.join()
 
     assert sorted(results) == [200, 200, 200, 429, 429, 429]
-    # INFO server + INFO memory, and each algorithm's script: once (on each primary of a cluster)
+    # INFO server + INFO memory, and each script: once (on each primary of a cluster)
     assert _command_calls(redis_url, "info") == 2 * primaries
-    assert _command_calls(redis_url, "script|load") == len(Algorithm) * primaries
+    assert _command_calls(redis_url, "script|load") == len(all_scripts()) * primaries
 
 
 def test_app_ready_builds_sentinel_without_network_io(configure: Configure, redis_url: str) -> None:

@@ -6,8 +6,10 @@
 --             policy), and then every bucket is charged. If any denies, nothing is written.
 -- ARGV[1]     mode: '0' decide, '1' peek (decide, never write), '2' reset (every
 --             bucket written as empty windows, whatever it held)
--- ARGV[3i-1..3i+1]  bucket i's parameters: limit per window (requests), window length
---             (microseconds), cost of one request
+-- ARGV[2..]   one parameter set per bucket: limit per window (requests), window length
+--             (microseconds), cost of one request, and for a `settle` policy a fourth,
+--             the ceiling: the highest count read (settle.lua may leave a window in debt,
+--             counting up to twice the limit); the stride is (#ARGV - 1) / #KEYS
 --
 -- Windows are aligned on multiples of the window length since the Unix epoch. The
 -- estimate is previous * (window - elapsed) / window + current; a request is admitted
@@ -32,7 +34,8 @@
 --          older than the previous one or later than the next (up to five away either
 --          way; ten away is read as the same window). The next window (TIME went back
 --          across a window edge, e.g. on a failover) is kept, and waited for. Counts
---          above the limit count as the limit, so Retry-After stays within three windows.
+--          above the ceiling (the limit, or twice it for a settle policy) count as the
+--          ceiling, so Retry-After stays within three windows.
 -- Clock:   Redis TIME is the only clock.
 -- Returns: the reply layout of sentinel_core/store/_reference.py (ScriptReply):
 --          {allowed 0|1, TIME in us, remaining requests, us until the window ends,
@@ -47,10 +50,13 @@ local mode = ARGV[1]
 local allowed, wait, last = 1, 0, 0
 local remaining, reset, binding = -1, 0, 1
 local values, ttls = {}, {}
+local stride = (#ARGV - 1) / #KEYS
 
 for i = 1, #KEYS do
-  local b = 3 * i - 1
+  local b = stride * (i - 1) + 2
   local limit, window, cost = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
+  local ceiling = limit
+  if stride > 3 then ceiling = tonumber(ARGV[b + 3]) end
   local index = math.floor(now / window)
   local elapsed = now - index * window
   local current, previous, ahead = 0, 0, 0
@@ -90,8 +96,8 @@ for i = 1, #KEYS do
         current, previous, index = c, p, index + 1
         ahead, elapsed = index * window - now, 0
       end
-      if current > limit then current = limit end
-      if previous > limit then previous = limit end
+      if current > ceiling then current = ceiling end
+      if previous > ceiling then previous = ceiling end
     end
   end
   local room = limit * window - previous * (window - elapsed) - current * window

@@ -5,13 +5,17 @@
 --             policy), and then every bucket is charged. If any denies, nothing is written.
 -- ARGV[1]     mode: '0' decide, '1' peek (decide, never write), '2' reset (refill
 --             every bucket: each is written as full, whatever it held)
--- ARGV[4i-2..4i+1]  bucket i's parameters:
+-- ARGV[2..]   one parameter set per bucket, four values each, or five for a `settle`
+--             policy (the stride is (#ARGV - 1) / #KEYS):
 --   inc       microseconds one request's cost takes to refill, rounded up
 --   tau       how far ahead of TIME the arrival time may be for a request to be
 --             admitted: (floor(burst / cost) - 1) * inc, so exactly floor(burst / cost)
 --             requests pass in a burst
 --   cost      tokens one request consumes  } only to report the tokens left:
---   burst     the bucket's capacity        } burst - ceil(debt / inc) * cost
+--   burst     the bucket's capacity        } burst - ceil(debt / inc) * cost, at least 0
+--   horizon   (settle policies) how far ahead of TIME a TAT is still read as a state:
+--             settle.lua may leave a bucket in debt, up to one capacity below empty, and
+--             this reads it (the default, tau + inc, is an empty bucket's TAT)
 --
 -- State:   one integer per bucket, the theoretical arrival time (TAT, unix us): the
 --          instant the bucket is full again. Written with SET ... PX only, on admission
@@ -39,16 +43,19 @@ local mode = ARGV[1]
 local allowed, wait, last = 1, 0, 0
 local remaining, reset, binding = -1, 0, 1
 local tats = {}
+local stride = (#ARGV - 1) / #KEYS
 
 for i = 1, #KEYS do
-  local b = 4 * i - 2
+  local b = stride * (i - 1) + 2
   local inc, tau = tonumber(ARGV[b]), tonumber(ARGV[b + 1])
+  local horizon = tau + inc
+  if stride > 4 then horizon = tonumber(ARGV[b + 4]) end
   local tat = now
   if mode ~= '2' then
     local state = redis.pcall('GET', KEYS[i])
     if type(state) == 'string' and string.find(state, '^%d+$') then
       local stored = tonumber(state)
-      if stored > now and stored <= now + tau + inc then tat = stored end
+      if stored > now and stored <= now + horizon then tat = stored end
     end
   end
   local debt = tat - now
@@ -61,6 +68,7 @@ for i = 1, #KEYS do
     debt = debt + inc
   end
   local left = ARGV[b + 3] - math.ceil(debt / inc) * ARGV[b + 2]
+  if left < 0 then left = 0 end  -- a bucket in debt (settle.lua)
   if remaining < 0 or left < remaining or (left == remaining and debt > reset) then
     remaining, reset, binding = left, debt, i
   end
