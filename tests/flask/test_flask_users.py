@@ -1,6 +1,7 @@
-"""Per-user limits from the app's own auth (a login kept in Flask's session, an API key),
-both through ``Sentinel(identify=fn)``, the anonymous fallback, and denials rendered by
-the app's ``@app.errorhandler(429)`` / ``(503)`` (SPEC §2 ``identity: "user"``, SPEC §5)."""
+"""Per-user limits from the app's own auth (a login kept in Flask's session, Flask-Login,
+an API key), all through ``Sentinel(identify=fn)``, the anonymous fallback, and denials
+rendered by the app's ``@app.errorhandler(429)`` / ``(503)`` (SPEC §2 ``identity: "user"``,
+SPEC §5)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 from flask import Flask, Request, jsonify, session
 from flask.testing import FlaskClient
+from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
 from jinja2 import DictLoader
 from prometheus_client import CollectorRegistry
 from werkzeug.exceptions import HTTPException
@@ -22,8 +24,7 @@ from tests.support.users import USER_POLICY, api_key_user, user_config
 
 
 def session_user(request: Request) -> str | None:
-    """What an app using Flask's session for its login would write (Flask-Login keeps
-    its user id there too: ``current_user.get_id()``)."""
+    """What an app keeping its login in Flask's session would write."""
     user: str | None = session.get("user_id")
     return user
 
@@ -243,6 +244,82 @@ def test_the_docs_flask_503_handler_runs_as_written(
     )
 
 
-def test_the_docs_flask_login_identify_is_valid_python() -> None:
+# --- Flask-Login, with the identify of docs/users.md as written ----------------------------
+
+
+class Account(UserMixin):
+    """An app's user, as Flask-Login's ``user_loader`` returns it."""
+
+    def __init__(self, name: str) -> None:
+        self.id = name
+
+
+@pytest.fixture
+def flask_login_app(redis_url: str) -> Iterator[tuple[Flask, set[str]]]:
+    """An app authenticating with Flask-Login (a ``LoginManager``, its ``user_loader``,
+    ``login_user`` in the login view), with Sentinel initialised by the users page's
+    "Flask and Flask-Login" snippet run as written; and the accounts the loader knows."""
+    accounts = {"alice", "bob"}
+    app = Flask("users_flask_login")
+    app.config.update(TESTING=True, SECRET_KEY="flask-tests-only", SENTINEL=user_config(redis_url))
+    login_manager = LoginManager(app)
+
+    @login_manager.user_loader
+    def load_user(user_id: str) -> Account | None:
+        return Account(user_id) if user_id in accounts else None
+
+    @app.post("/login/<name>")
+    def login(name: str) -> str:
+        login_user(Account(name))
+        return "welcome"
+
+    @app.post("/logout")
+    def logout() -> str:
+        logout_user()
+        return "bye"
+
+    @app.get("/search")
+    @rate_limited(USER_POLICY)
+    def search() -> dict[str, str | None]:
+        return {"user": current_user.get_id()}
+
     (block,) = snippets("users.md", "Flask and Flask-Login")
-    compile(block, "docs/users.md", "exec")  # Flask-Login is not a dependency of the suite
+    exec(compile(block, "docs/users.md", "exec"), {"app": app})
+    yield app, accounts
+    app.extensions["sentinel"].close()
+
+
+def test_flask_login_a_user_has_their_own_limit_across_devices(
+    flask_login_app: tuple[Flask, set[str]],
+) -> None:
+    app, _ = flask_login_app
+    laptop, phone, other = app.test_client(), app.test_client(), app.test_client()
+    laptop.post("/login/alice")
+    phone.post("/login/alice")
+    other.post("/login/bob")
+
+    assert statuses(laptop, 2) == [200, 200]
+    first = phone.get("/search")
+    assert (first.status_code, first.json) == (200, {"user": "alice"})
+    assert "sentinel_device=" not in first.headers.get("Set-Cookie", "")  # a user is no device
+    assert statuses(phone, 1) == [429]  # alice's 3, from either device
+    assert statuses(laptop, 1) == [429]
+    assert statuses(other, 1) == [200]  # bob's own 3
+
+
+def test_flask_login_an_anonymous_visitor_is_an_anonymous_client_never_a_401(
+    flask_login_app: tuple[Flask, set[str]],
+) -> None:
+    app, accounts = flask_login_app
+    client = app.test_client()
+    first = client.get("/search")
+    assert (first.status_code, first.json) == (200, {"user": None})
+    assert "sentinel_device=" in first.headers["Set-Cookie"]
+    assert statuses(client, 3) == [200, 200, 429]  # the device's 3
+    client.post("/login/alice")
+    assert statuses(client, 1) == [200]  # logged in: alice's own limit
+    client.post("/logout")
+    assert statuses(client, 1) == [429]  # logged out: the device again
+    client.post("/login/bob")
+    accounts.discard("bob")  # the session names a user the loader no longer knows
+    assert statuses(client, 1) == [429]  # so the request is the device's
