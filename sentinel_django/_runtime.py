@@ -70,6 +70,9 @@ class Runtime:
             if policy.identity is IdentityKind.USER
         )
         self.clock = clock
+        self.routes: dict[tuple[str, Callable[..., Any], str], tuple[str, ...]] = {}
+        """(resolved route, view, method) -> the endpoint ids a request pays for, worked
+        out at the route's first request (the middleware's)."""
         self._lock = threading.Lock()
         self._started = False
         self._error: StartupError | None = None

@@ -93,8 +93,17 @@ class SentinelMiddleware:
 
 
 def _charged(request: HttpRequest, view_func: Callable[..., Any]) -> tuple[str, ...]:
-    if request.resolver_match is None:
+    """The endpoint ids a request pays for, worked out once per resolved route, view and
+    method (they depend on nothing else)."""
+    match = request.resolver_match
+    if match is None:
         return ()
     method = request.method or "GET"
-    decorated = method_endpoints(view_func, method)
-    return route_ids(request, decorated, takes_default(view_func), answers_any_method(view_func))
+    routes = conf.runtime().routes
+    key = (match.route, view_func, method)
+    ids = routes.get(key)
+    if ids is None:
+        decorated = method_endpoints(view_func, method)
+        default, any_method = takes_default(view_func), answers_any_method(view_func)
+        ids = routes[key] = route_ids(request, decorated, default, any_method)
+    return ids
