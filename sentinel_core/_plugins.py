@@ -162,7 +162,8 @@ class Hooks:
         self.resolves = bool(hook.sentinel_resolve_policy.get_hookimpls())
         observers = hook.sentinel_decision.get_hookimpls()
         if not self.manager.monitors and all(
-            id(impl.plugin) in self._builtins for impl in observers
+            id(impl.plugin) in self._builtins and not (impl.hookwrapper or impl.wrapper)
+            for impl in observers
         ):
             # pluggy calls the last registered first (tryfirst/trylast already applied).
             self._observers = tuple(cast(Observer, impl.function) for impl in reversed(observers))
