@@ -17,17 +17,16 @@ from sentinel_core.store._fleet import fleet_key
 from tests.cluster.conftest import MakeSentinel
 from tests.conftest import make_config
 from tests.support.race import race_processes
-from tests.support.redis_cluster import RedisCluster, SentinelDeployment, cluster_port
+from tests.support.redis_cluster import (
+    FAILURE_REASONS,
+    RedisCluster,
+    SentinelDeployment,
+    cluster_port,
+)
 
 pytestmark = pytest.mark.cluster
 
 HOT = {"algorithm": "token_bucket", "rate": "1/day", "burst": 40, "fail_mode": "closed"}
-FAILURE_REASONS = {
-    DecisionReason.FAIL_CLOSED,
-    DecisionReason.CIRCUIT_OPEN,
-    DecisionReason.REDIS_CONNECTION_ERROR,
-    DecisionReason.REDIS_TIMEOUT,
-}
 
 
 def _config(url: str, **policies: dict[str, Any]) -> dict[str, Any]:

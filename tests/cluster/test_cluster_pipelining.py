@@ -13,23 +13,16 @@ import pytest
 from sentinel_core import Decision, DecisionReason, Sentinel, TenantIdentity
 from tests.cluster.conftest import MakeSentinel
 from tests.conftest import make_config
-from tests.support.redis_cluster import RedisCluster
-from tests.test_races import (
+from tests.support.race import (
     ENDPOINTS,
-    assert_exact_capacity,
+    assert_processes_admit_exactly_the_burst,
     race_coroutines_in_process,
-    run_processes,
 )
+from tests.support.redis_cluster import FAILURE_REASONS, RedisCluster
 
 pytestmark = pytest.mark.cluster
 
 ONE = {"algorithm": "token_bucket", "rate": "1/day", "burst": 1, "fail_mode": "closed"}
-FAILURE_REASONS = {
-    DecisionReason.FAIL_CLOSED,
-    DecisionReason.CIRCUIT_OPEN,
-    DecisionReason.REDIS_CONNECTION_ERROR,
-    DecisionReason.REDIS_TIMEOUT,
-}
 
 
 def _sentinel(make_sentinel: MakeSentinel, url: str, timeout_ms: int = 2000) -> Sentinel:
@@ -146,8 +139,9 @@ def test_three_processes_of_twenty_pipelined_coroutines_admit_exactly_the_burst(
     cluster_url: str, endpoint_id: str
 ) -> None:
     processes, coroutines = 3, 20
-    reports = run_processes(
-        race_coroutines_in_process, (cluster_url, endpoint_id, coroutines), processes
+    assert_processes_admit_exactly_the_burst(
+        race_coroutines_in_process,
+        (cluster_url, endpoint_id, coroutines),
+        processes,
+        processes * coroutines,
     )
-    outcomes = [(bool(allowed), str(reason)) for report in reports for allowed, reason in report]
-    assert_exact_capacity(outcomes, processes * coroutines)

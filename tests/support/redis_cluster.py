@@ -20,7 +20,16 @@ from pathlib import Path
 
 import redis
 
+from sentinel_core import DecisionReason
+
 NODE_TIMEOUT_MS = 1000
+FAILURE_REASONS = {
+    DecisionReason.FAIL_CLOSED,
+    DecisionReason.CIRCUIT_OPEN,
+    DecisionReason.REDIS_CONNECTION_ERROR,
+    DecisionReason.REDIS_TIMEOUT,
+}
+"""What a fail-closed decision may say while a node of the cluster is down or failing over."""
 
 
 class _Process:
