@@ -160,6 +160,14 @@ def private_redis(**options: Any) -> Iterator[RedisServer]:
         server.close()
 
 
+def server_cpu(client: Any) -> float:
+    """Seconds of CPU a redis-server has used (user + sys, every thread), read from
+    ``INFO cpu`` through ``client`` (a ``redis.Redis``): the difference around a run,
+    divided by its calls, is the server's CPU per call."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def machine_note() -> str:
     """One line naming what the figures were measured on."""
     binary = shutil.which("redis-server") or "redis-server"

@@ -38,7 +38,7 @@ import redis
 import redis.asyncio
 from prometheus_client import CollectorRegistry
 
-from benchmarks._common import machine_note, markdown_table, percentile, private_redis
+from benchmarks._common import machine_note, markdown_table, percentile, private_redis, server_cpu
 from sentinel_core import Sentinel
 from sentinel_core.identity._keys import TenantIdentity
 from sentinel_core.store._redis import AsyncRedisStore
@@ -50,12 +50,6 @@ POLICY = {
     "fail_mode": "closed",
 }
 Decide = Callable[[int], Awaitable[object]]
-
-
-def server_cpu(client: redis.Redis) -> float:
-    """Seconds of CPU the server has used (user + sys, every thread)."""
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 async def one_round(decide: Decide, tasks: int, calls: int) -> tuple[float, list[int]]:

@@ -46,7 +46,7 @@ from limits import storage as limits_storage
 from limits import strategies as limits_strategies
 from prometheus_client import CollectorRegistry
 
-from benchmarks._common import machine_note, markdown_table, private_redis
+from benchmarks._common import machine_note, markdown_table, private_redis, server_cpu
 from sentinel_core import Sentinel
 
 TASKS = 64
@@ -60,12 +60,6 @@ POLICIES: dict[str, dict[str, Any]] = {
     "sw": {"algorithm": "sliding_window", "rate": "1000000/hour", "fail_mode": "closed"},
 }
 REFERENCE = "limits fixed window (one call after another)"
-
-
-def server_cpu(client: redis.Redis) -> float:
-    """Seconds of CPU the server has used, user + sys."""
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def measure(url: str, rounds: int, n: int) -> dict[str, list[float]]:

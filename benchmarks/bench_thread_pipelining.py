@@ -33,7 +33,7 @@ if not __package__:  # run as a file: make `benchmarks` importable
 import redis
 from prometheus_client import CollectorRegistry
 
-from benchmarks._common import machine_note, markdown_table, percentile, private_redis
+from benchmarks._common import machine_note, markdown_table, percentile, private_redis, server_cpu
 from sentinel_core import Sentinel
 from sentinel_core.identity._keys import TenantIdentity
 
@@ -82,11 +82,6 @@ class Combiner:
                 out.append(reply)
                 event.set()
         return slot[0]
-
-
-def server_cpu(client: redis.Redis) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def run_threads(call: Call, threads: int, calls: int) -> tuple[float, list[int]]:

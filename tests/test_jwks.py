@@ -6,7 +6,6 @@ the fetch timeout, never a 500). Timing rules run on an injected monotonic clock
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ import pytest
 from sentinel_core import ConfigError, load_config
 from sentinel_core.identity._jwks import JwksKeys
 from sentinel_core.identity._jwt import AuthError, JwtVerifier
+from tests.support.event_loop import loop_ticks
 from tests.support.http import make_sentinel, request_view
 from tests.support.jwks_server import NEW_KEY, OLD_KEY, JwksServer, jwk, signed
 from tests.support.redis_server import free_port
@@ -225,21 +225,10 @@ async def test_a_lookup_on_an_event_loop_never_waits_for_a_fetch(jwks: JwksServe
     started = time.monotonic()
     assert published.key("old") is None
     assert time.monotonic() - started < 0.2
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.02)
-            ticks += 1
-
-    beat = asyncio.create_task(ticker())
-    try:
+    async with loop_ticks() as ticks:
         await published.prefetch("old")  # the fetch in flight: awaited, at most 0.6 s
-    finally:
-        beat.cancel()
     assert 0.5 <= time.monotonic() - started < 1.2
-    assert ticks >= 10  # the loop kept running meanwhile
+    assert ticks.count >= 10  # the loop kept running meanwhile
     jwks.release()
     jwks.publish({"old": OLD})
     assert jwks.fetches == 1
@@ -248,24 +237,13 @@ async def test_a_lookup_on_an_event_loop_never_waits_for_a_fetch(jwks: JwksServe
 async def test_aguard_fetches_the_keys_off_the_event_loop(jwks: JwksServer) -> None:
     sentinel = make_sentinel(config(jwks.url, jwks_timeout_ms=800))
     jwks.stall()
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.02)
-            ticks += 1
-
-    beat = asyncio.create_task(ticker())
     started = time.monotonic()
-    try:
+    async with loop_ticks() as ticks:
         view = request_view(headers={"Authorization": signed(OLD, "old")})
         outcome = await sentinel.aguard(ENDPOINT, view)
-    finally:
-        beat.cancel()
     assert outcome.status == 401  # no key within the timeout
     assert time.monotonic() - started < 1.5
-    assert ticks >= 15
+    assert ticks.count >= 15
     jwks.release()
 
 

@@ -9,6 +9,16 @@ import jwt
 
 JWT_KEY = "test-jwt-key-0123456789abcdef-0123456789"
 COOKIE_SECRET = "test-cookie-secret-0123456789abcdef-0123"
+ANONYMOUS_TWO_A_MINUTE = {
+    "algorithm": "token_bucket",
+    "rate": "2/minute",
+    "identity": "anonymous",
+    "fail_mode": "closed",
+    # one device's worth per network, so a test from one address meets it
+    "network_rate": "2/minute",
+    "network_burst": 2,
+}
+"""An anonymous policy (no token needed) that a test exhausts in three requests."""
 
 
 def spec_config(redis_url: str, **overrides: Any) -> dict[str, Any]:
@@ -39,15 +49,7 @@ def spec_config(redis_url: str, **overrides: Any) -> dict[str, Any]:
                 "rate": "3/minute",
                 "fail_mode": "closed",
             },
-            "auth.login": {
-                "algorithm": "token_bucket",
-                "rate": "2/minute",
-                "identity": "anonymous",
-                "fail_mode": "closed",
-                # one device's worth per network, so a test from one address meets it
-                "network_rate": "2/minute",
-                "network_burst": 2,
-            },
+            "auth.login": dict(ANONYMOUS_TWO_A_MINUTE),
         },
     }
     config.update(overrides)

@@ -6,18 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support.adapter_config import COOKIE_SECRET
+from tests.support.adapter_config import ANONYMOUS_TWO_A_MINUTE, COOKIE_SECRET
 
 
 def guide_config(redis_url: str) -> dict[str, Any]:
-    anonymous = {
-        "algorithm": "token_bucket",
-        "rate": "2/minute",
-        "identity": "anonymous",
-        "fail_mode": "closed",
-        "network_rate": "2/minute",
-        "network_burst": 2,
-    }
+    anonymous = dict(ANONYMOUS_TWO_A_MINUTE)
     return {
         "redis_url": redis_url,
         "socket_timeout_ms": 1000,
