@@ -26,6 +26,7 @@ from sentinel_core.errors import (
     UnknownEndpointError,
 )
 from sentinel_core.hookspecs import hookimpl
+from sentinel_core.http._meter import settle
 from sentinel_core.http._outcome import RequestView
 from sentinel_core.identity._keys import AnonymousIdentity, Identity, TenantIdentity
 from sentinel_core.resilience._breaker import BreakerState
@@ -54,6 +55,7 @@ __all__ = [
     "Usage",
     "hookimpl",
     "load_config",
+    "settle",
 ]
 
 __version__ = "0.1.0"

@@ -132,6 +132,20 @@ class Policy:
         return self.burst
 
 
+def check_units(units: object) -> int:
+    """Units used, as server code reports them (SPEC §2 ``settle``): an int, 0 or more.
+
+    Raises:
+        TypeError: not an int (a float, a string, a bool, None, ...).
+        ValueError: a negative int.
+    """
+    if isinstance(units, bool) or not isinstance(units, int):
+        raise TypeError(f"units must be an int (0 or more), not {type(units).__name__}")
+    if units < 0:
+        raise ValueError(f"units must be 0 or more, got {units}")
+    return units
+
+
 class Slot(Protocol):
     """What an admitted request of a concurrency policy holds until it is done: its
     lease (`decision._leases.Lease`), handed back with `Sentinel.release`."""

@@ -16,9 +16,9 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
-from sentinel_core._models import Decision
+from sentinel_core._models import Decision, check_units
 from sentinel_core.decision._engine import DecisionEngine
-from sentinel_core.decision._settle import charged, check_units, settle_call
+from sentinel_core.decision._settle import charged, settle_call
 from sentinel_core.errors import StoreError
 from sentinel_core.identity._keys import Identity
 from sentinel_core.observability._log_throttle import LogThrottle

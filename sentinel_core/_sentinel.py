@@ -130,7 +130,6 @@ class Sentinel:
             self.config, self._hooks, on_exempt=metrics.exempted, identify=identify
         )
         self.route_table = RouteTable(self.config.routes)
-        self._runner = make_runner(self)
         unix_us = _unix_microseconds(clock)
         if clock is not time.monotonic:  # quota periods follow the injected clock too
             self._engine.calendars = Calendars(unix_us)
@@ -145,6 +144,7 @@ class Sentinel:
         self._settlement = Settlement(
             self._engine, lambda: self.store, lambda: self.async_store, metrics, clock_ns
         )
+        self._runner = make_runner(self, self._settlement)
 
     def policy(self, endpoint_id: str) -> Policy:
         """The configured `Policy` of ``endpoint_id``, as loaded: before any

@@ -5,8 +5,11 @@ framework's request, asks `RouteTable.charged` which endpoint ids a route pays f
 keeps them compiled (`Sentinel.endpoint` gives the `Endpoint` of an id) per route, calls
 `Sentinel.admit`/`aadmit` with them, answers the `Admission`'s denial or runs the
 handler, adds ``headers(status)`` and ``cookie(status)`` to the response, and calls
-``complete``/``acomplete`` with the final status. No rule of SPEC §4 and §5 lives in an
-adapter; a fourth adapter is written against this module alone.
+``complete``/``acomplete`` with the final status (a streamed body it iterates itself,
+elsewhere than the admission's context, goes through `metered` / `ametered` with the
+admission's ``meter``, so that its ``sentinel_core.settle`` calls count). No rule of
+SPEC §4 and §5 lives in an adapter; a fourth adapter is written against this module
+alone.
 
 With ``sentinel.config.enabled`` false (SPEC §2) an adapter checks that once, early, at
 each entry point, and then serves the request untouched: no admission, so no decision,
@@ -17,6 +20,7 @@ finds the request admitted on `PASS_THROUGH`, which contains every endpoint id.
 from sentinel_core.config._routes import duplicate_route_keys, route_key
 from sentinel_core.decision._endpoint import Endpoint
 from sentinel_core.http._lifecycle import CANCELLED, SERVER_ERROR, Admission, response_fields
+from sentinel_core.http._meter import ametered, metered
 from sentinel_core.http._outcome import PROBLEM_JSON, Cookie, Outcome, RequestView
 from sentinel_core.http._routes import RouteTable
 from sentinel_core.store._connect import open_async_store
@@ -48,7 +52,9 @@ __all__ = [
     "Outcome",
     "RequestView",
     "RouteTable",
+    "ametered",
     "duplicate_route_keys",
+    "metered",
     "open_async_store",
     "response_fields",
     "route_key",

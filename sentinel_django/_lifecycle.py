@@ -17,7 +17,7 @@ from django.http import (  # type: ignore[import-untyped]
     StreamingHttpResponse,
 )
 
-from sentinel_core.adapter import CANCELLED, SERVER_ERROR, Admission, Outcome
+from sentinel_core.adapter import CANCELLED, SERVER_ERROR, Admission, Outcome, ametered, metered
 
 from . import conf
 from ._translate import arendered_denial, decorate, rendered_denial, request_view
@@ -205,9 +205,16 @@ class _CompleteAfter:
     and calls it from a thread under ASGI, so completion here is always blocking."""
 
     def __init__(self, content: Any, admissions: Sequence[Admission], status: int) -> None:
+        meter = next((a.meter for a in admissions if a.meter is not None), None)
+        # A settle policy's body reports its units as it streams, wherever the server
+        # iterates it (under ASGI, a thread that does not share the view's context).
+        if meter is not None:
+            content = ametered(content, meter) if self._is_async else metered(content, meter)
         self._content = content
         self._admissions = admissions
         self._status = status
+
+    _is_async = False
 
     def __iter__(self) -> Iterator[bytes]:
         try:
@@ -230,6 +237,7 @@ class _ACompleteAfter(_CompleteAfter):
     whether ``iter`` accepts the content)."""
 
     __iter__ = None  # type: ignore[assignment]
+    _is_async = True
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:

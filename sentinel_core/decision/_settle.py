@@ -10,7 +10,14 @@ charged; none when the two are equal (an exact reservation costs no second call)
 
 from __future__ import annotations
 
-from sentinel_core._models import MICRO, Algorithm, Decision, DecisionReason, Policy
+from sentinel_core._models import (
+    MICRO,
+    Algorithm,
+    Decision,
+    DecisionReason,
+    Policy,
+    check_units,
+)
 from sentinel_core.decision._calendar import Calendars
 from sentinel_core.identity._keys import Identity
 from sentinel_core.store._reference_settle import Settled
@@ -22,20 +29,6 @@ SETTLED = {
     Algorithm.QUOTA: Settled.QUOTA,
 }
 """The algorithms a ``settle`` policy may use (SPEC §2), as ``lua/settle.lua`` names them."""
-
-
-def check_units(units: object) -> int:
-    """``units`` as reported by server code: an int, 0 or more.
-
-    Raises:
-        TypeError: not an int (a float, a string, a bool, None, ...).
-        ValueError: a negative int.
-    """
-    if isinstance(units, bool) or not isinstance(units, int):
-        raise TypeError(f"units must be an int (0 or more), not {type(units).__name__}")
-    if units < 0:
-        raise ValueError(f"units must be 0 or more, got {units}")
-    return units
 
 
 def reservation_units(policy: Policy, units: object) -> int:

@@ -13,8 +13,10 @@ Every adapter drives the same two steps::
 ``complete`` is called exactly once per admitted request with the final status: the
 handler's, 500 when it raised, for a streaming response when its body is done, and
 `CANCELLED` (499) when the request was cancelled or the client went away. It is where
-``count`` policies consume and where concurrency leases are released; calling it again
-does nothing. A denied admission settles its own charges before it returns.
+``count`` policies consume, where ``settle`` policies are settled at the units the
+handler reported (`sentinel_core.settle`, see `_meter`) and where concurrency leases
+are released; calling it again does nothing. A denied admission settles its own
+charges before it returns.
 
 The rules are written once, as generators that yield `Step`s (what to ask the store)
 and receive `Decision`s; `Sentinel.admit` drives them with blocking calls and
@@ -31,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 
 from sentinel_core._models import STORE_VERDICTS, Decision, Policy
 from sentinel_core.decision._endpoint import Endpoint
+from sentinel_core.http._meter import Meter, open_meter
 from sentinel_core.http._outcome import EXEMPT, Cookie, HttpLayer, Outcome, Prepared, RequestView
 from sentinel_core.identity._keys import AnonymousIdentity, Identity
 
@@ -59,6 +62,9 @@ class StepKind(str, enum.Enum):
     a ``count`` policy; answered with the `Decision`."""
     RELEASE = "release"
     """Hand back a concurrency lease (`Sentinel.release`); answered with None."""
+    SETTLE = "settle"
+    """Settle a ``settle`` policy's reservation at ``units`` (a refund or an excess,
+    nothing when they are what was reserved); answered with None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +76,9 @@ class Step:
     identity: Identity
     request: RequestView | None = None
     decision: Decision | None = None
-    """What a RELEASE step hands back the lease of."""
+    """What a RELEASE step hands back the lease of, or a SETTLE step settles."""
+    units: int = 0
+    """The units a SETTLE step charges instead of the reservation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +96,16 @@ Conversation = Generator[Step, Any, T]
 class Admission:
     """The admission of one request and, once the handler is done, its completion."""
 
-    __slots__ = ("_completed", "_cookie", "_fields", "_run", "charges", "denial", "request")
+    __slots__ = (
+        "_completed",
+        "_cookie",
+        "_fields",
+        "_run",
+        "charges",
+        "denial",
+        "meter",
+        "request",
+    )
 
     def __init__(
         self,
@@ -104,6 +121,10 @@ class Admission:
         self._run = run
         # Nothing to tell the store after the handler: no count, no lease (the usual case).
         self._completed = denial is not None or not any(map(_owes_completion, self.charges))
+        self.meter: Meter | None = None
+        """Where the handler's `sentinel_core.settle` calls add up (settle policies)."""
+        if not self._completed and any(charge.policy.settle for charge in self.charges):
+            self.meter = open_meter()
         # The response's fields, made once: every charge's outcome joined.
         outcomes = self.outcomes
         self._fields = list(outcomes[0].headers) if len(outcomes) == 1 else join_fields(outcomes)
@@ -148,6 +169,14 @@ class _Runner:
 
     sync: Callable[[Step], Any]
     async_: Callable[[Step], Awaitable[Any]]
+
+
+class Settler(Protocol):
+    """How a runner settles a reservation (`Settlement`)."""
+
+    def settle(self, decision: Decision, identity: Identity, used: int) -> None: ...
+
+    async def asettle(self, decision: Decision, identity: Identity, used: int) -> None: ...
 
 
 def response_fields(
@@ -220,11 +249,15 @@ def admission(
     charges: list[Charge] = []
     for policy, found in prepared:
         # A `count` policy is only checked now; it consumes at completion, by status.
-        kind = StepKind.EVALUATE if policy.count is None else StepKind.CHECK
+        # A `settle` policy reserves now, whatever its `count`: an uncounted status
+        # refunds the reservation at completion.
+        kind = StepKind.EVALUATE if policy.count is None or policy.settle else StepKind.CHECK
         decision = yield Step(kind, policy.endpoint_id, found.identity, request)
         outcome = http.outcome(decision, cookie)
         if not outcome.allowed:
-            # The handler will not run: the leases taken so far go back now.
+            # The handler will not run: the reservations made so far are refunded and
+            # the leases taken so far go back now.
+            yield from _settlements(charges, 0)
             yield from _releases(charges)
             return [], outcome
         charges.append(Charge(policy, found.identity, outcome))
@@ -239,10 +272,17 @@ def completion(admitted: Admission, status: int) -> Conversation[None]:
 
     A check the decision table answered (the store was unavailable: the emergency
     limiter admitted the request, or a shadow policy let it through) has already
-    charged and reported what it could: its request is not charged again."""
+    charged and reported what it could: its request is not charged again.
+
+    A ``settle`` policy is settled at the units the request reported (its reservation
+    when it reported nothing), or at 0 when ``status`` is not one its ``count`` counts."""
+    used = None if admitted.meter is None else admitted.meter.close()
     for charge in admitted.charges:
         counted = charge.policy.count
-        if counted is not None and status in counted and _checked_by_store(charge):
+        if charge.policy.settle:
+            units = 0 if counted is not None and status not in counted else used
+            yield from _settlements((charge,), units)
+        elif counted is not None and status in counted and _checked_by_store(charge):
             yield Step(
                 StepKind.EVALUATE, charge.policy.endpoint_id, charge.identity, admitted.request
             )
@@ -253,13 +293,30 @@ def _owes_completion(charge: Charge) -> bool:
     """Whether the store must hear of ``charge`` after the handler: a ``count`` policy
     consumes then, a concurrency lease goes back then."""
     decision = charge.outcome.decision
-    return charge.policy.count is not None or (decision is not None and decision.lease is not None)
+    policy = charge.policy
+    return (
+        policy.count is not None
+        or policy.settle
+        or (decision is not None and decision.lease is not None)
+    )
 
 
 def _checked_by_store(charge: Charge) -> bool:
     decision = charge.outcome.decision
     assert decision is not None  # a charge is an admission: it has its decision
     return decision.reason in STORE_VERDICTS
+
+
+def _settlements(charges: Sequence[Charge], used: int | None) -> Conversation[None]:
+    """Settle the reservations of ``charges``' settle policies at ``used`` units (None:
+    at what each reserved, which costs no store call)."""
+    for charge in charges:
+        decision = charge.outcome.decision
+        if charge.policy.settle and decision is not None:
+            units = decision.policy.cost if used is None else used
+            yield Step(
+                StepKind.SETTLE, decision.endpoint_id, charge.identity, None, decision, units
+            )
 
 
 def _releases(charges: Sequence[Charge]) -> Conversation[None]:
@@ -311,13 +368,17 @@ class Facade(Protocol):
     async def arelease(self, decision: Decision) -> None: ...
 
 
-def make_runner(facade: Facade) -> _Runner:
-    """The runner that makes each step through ``facade``."""
+def make_runner(facade: Facade, settler: Settler) -> _Runner:
+    """The runner that makes each step through ``facade`` (settlements: ``settler``)."""
 
     def sync(step: Step) -> Decision | None:
         if step.kind is StepKind.RELEASE:
             assert step.decision is not None
             facade.release(step.decision)
+            return None
+        if step.kind is StepKind.SETTLE:
+            assert step.decision is not None
+            settler.settle(step.decision, step.identity, step.units)
             return None
         if step.kind is StepKind.CHECK:
             return facade.precheck(step.endpoint_id, step.identity, step.request)
@@ -327,6 +388,10 @@ def make_runner(facade: Facade) -> _Runner:
         if step.kind is StepKind.RELEASE:
             assert step.decision is not None
             await facade.arelease(step.decision)
+            return None
+        if step.kind is StepKind.SETTLE:
+            assert step.decision is not None
+            await settler.asettle(step.decision, step.identity, step.units)
             return None
         if step.kind is StepKind.CHECK:
             return await facade.aprecheck(step.endpoint_id, step.identity, step.request)

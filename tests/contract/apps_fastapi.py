@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -12,6 +12,7 @@ from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CollectorRegistry
 
+import sentinel_core
 from sentinel_core import ConfigError
 from sentinel_fastapi import RateLimitExceeded, Sentinel, rate_limited
 from tests.contract.harness import (
@@ -103,6 +104,50 @@ def build_app(config: Mapping[str, Any]) -> FastAPI:
                 yield chunk
 
         return StreamingResponse(chunks())
+
+    @app.post("/usage/{units}")
+    @rate_limited("usage")
+    async def usage(units: int) -> dict[str, int]:
+        sentinel_core.settle(units)
+        return {"units": units}
+
+    @app.post("/usage-sync/{units}")
+    @rate_limited("usage")
+    def usage_sync(units: int) -> dict[str, int]:
+        sentinel_core.settle(units)
+        return {"units": units}
+
+    @app.get("/usage-stream/{units}")
+    @rate_limited("usage")
+    async def usage_stream(units: int) -> StreamingResponse:
+        def chunks() -> Iterator[bytes]:  # iterated in Starlette's thread pool
+            for chunk in (b"a", b"b", b"c"):
+                sentinel_core.settle(units)
+                yield chunk
+
+        return StreamingResponse(chunks())
+
+    @app.get("/usage-astream/{units}")
+    @rate_limited("usage")
+    async def usage_astream(units: int) -> StreamingResponse:
+        async def chunks() -> AsyncIterator[bytes]:
+            for chunk in (b"a", b"b", b"c"):
+                sentinel_core.settle(units)
+                yield chunk
+
+        return StreamingResponse(chunks())
+
+    @app.post("/usage-raise/{units}")
+    @rate_limited("usage")
+    async def usage_raise(units: int) -> None:
+        sentinel_core.settle(units)
+        raise RuntimeError("the handler failed")
+
+    @app.post("/usage-count/{status}")
+    @rate_limited("usage.count")
+    async def usage_count(status: int) -> Response:
+        sentinel_core.settle(7)
+        return Response(status_code=status)
 
     @app.get("/user")
     @rate_limited("user")

@@ -8,6 +8,7 @@ from typing import Any
 from flask import Flask, Response, abort, jsonify, stream_with_context
 from prometheus_client import CollectorRegistry
 
+import sentinel_core
 from sentinel_core import SentinelError
 from sentinel_flask import RateLimitExceeded, Sentinel, rate_limited
 from tests.contract.harness import (
@@ -90,6 +91,50 @@ def build_app(config: Mapping[str, Any]) -> Flask:
             yield from (b"a", b"b", b"c")
 
         return Response(stream_with_context(chunks()))
+
+    @app.post("/usage/<int:units>")
+    @rate_limited("usage")
+    async def usage(units: int) -> dict[str, int]:
+        sentinel_core.settle(units)
+        return {"units": units}
+
+    @app.post("/usage-sync/<int:units>")
+    @rate_limited("usage")
+    def usage_sync(units: int) -> dict[str, int]:
+        sentinel_core.settle(units)
+        return {"units": units}
+
+    @app.get("/usage-stream/<int:units>")
+    @rate_limited("usage")
+    def usage_stream(units: int) -> Response:
+        def chunks() -> Iterator[bytes]:  # iterated by the WSGI server, after the view
+            for chunk in (b"a", b"b", b"c"):
+                sentinel_core.settle(units)
+                yield chunk
+
+        return Response(chunks())
+
+    @app.get("/usage-astream/<int:units>")
+    @rate_limited("usage")
+    def usage_astream(units: int) -> Response:
+        def chunks() -> Iterator[bytes]:
+            for chunk in (b"a", b"b", b"c"):
+                sentinel_core.settle(units)
+                yield chunk
+
+        return Response(stream_with_context(chunks()))
+
+    @app.post("/usage-raise/<int:units>")
+    @rate_limited("usage")
+    def usage_raise(units: int) -> None:
+        sentinel_core.settle(units)
+        raise RuntimeError("the handler failed")
+
+    @app.post("/usage-count/<int:status>")
+    @rate_limited("usage.count")
+    def usage_count(status: int) -> Response:
+        sentinel_core.settle(7)
+        return Response(status=status)
 
     @app.get("/user")
     @rate_limited("user")

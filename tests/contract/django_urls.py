@@ -8,6 +8,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.urls import path
 
+import sentinel_core
 from sentinel_core import Decision, DecisionReason
 from sentinel_django import rate_limited
 from tests.contract.harness import rendered
@@ -81,6 +82,50 @@ def stream(request: HttpRequest) -> StreamingHttpResponse:
     return StreamingHttpResponse(chunks())
 
 
+@rate_limited("usage")
+async def usage(request: HttpRequest, units: int) -> JsonResponse:
+    sentinel_core.settle(units)
+    return JsonResponse({"units": units})
+
+
+@rate_limited("usage")
+def usage_sync(request: HttpRequest, units: int) -> JsonResponse:
+    sentinel_core.settle(units)
+    return JsonResponse({"units": units})
+
+
+@rate_limited("usage")
+def usage_stream(request: HttpRequest, units: int) -> StreamingHttpResponse:
+    def chunks() -> Iterator[bytes]:
+        for chunk in (b"a", b"b", b"c"):
+            sentinel_core.settle(units)
+            yield chunk
+
+    return StreamingHttpResponse(chunks())
+
+
+@rate_limited("usage")
+async def usage_astream(request: HttpRequest, units: int) -> StreamingHttpResponse:
+    def chunks() -> Iterator[bytes]:  # the test client is WSGI's: a sync body
+        for chunk in (b"a", b"b", b"c"):
+            sentinel_core.settle(units)
+            yield chunk
+
+    return StreamingHttpResponse(chunks())
+
+
+@rate_limited("usage")
+def usage_raise(request: HttpRequest, units: int) -> HttpResponse:
+    sentinel_core.settle(units)
+    raise RuntimeError("the handler failed")
+
+
+@rate_limited("usage.count")
+def usage_count(request: HttpRequest, status: int) -> HttpResponse:
+    sentinel_core.settle(7)
+    return HttpResponse(status=status)
+
+
 @rate_limited("user")
 def user(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"ok": True})
@@ -108,6 +153,12 @@ urlpatterns = [
     path("refuse", refuse),
     path("slot/<int:kind>", slot),
     path("stream", stream),
+    path("usage/<int:units>", usage),
+    path("usage-sync/<int:units>", usage_sync),
+    path("usage-stream/<int:units>", usage_stream),
+    path("usage-astream/<int:units>", usage_astream),
+    path("usage-raise/<int:units>", usage_raise),
+    path("usage-count/<int:status>", usage_count),
     path("user", user),
     path("open", open_),
 ]

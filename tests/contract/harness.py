@@ -113,6 +113,18 @@ POST /refuse               @rate_limited("failures"), raises the framework's own
 GET  /slot/{kind}          @rate_limited("slot") (one concurrency slot): raises
                            RuntimeError (kind 1) or the framework's 403 (kind 2)
 GET  /stream               undecorated, a streamed body of 3 chunks, for routes
+POST /usage/{units}        @rate_limited("usage") (a settle policy), an async handler
+                           that reports ``units`` (``sentinel_core.settle``); Flask's
+                           async view needs asgiref
+POST /usage-sync/{units}   the same, a sync handler
+GET  /usage-stream/{units} @rate_limited("usage"), 3 chunks streamed by a sync
+                           generator reporting ``units`` each (FastAPI: Starlette's
+                           thread pool; Flask: a bare generator)
+GET  /usage-astream/{units} the same from an async generator (Flask: a generator with
+                           stream_with_context; Django: an async view, a sync body)
+POST /usage-raise/{units}  @rate_limited("usage"), reports ``units``, then raises
+POST /usage-count/{status} @rate_limited("usage.count") (settle, count ["4xx"]):
+                           reports 7, answers ``status``
 GET  /user                 @rate_limited("user") (the user `contract_user` names)
 GET  /open                 never guarded
 """

@@ -45,6 +45,21 @@ POLICIES: dict[str, Any] = {
     "failures": bucket(2, count=[401, 403, "5xx"]),
     "slot": {"algorithm": "concurrency", "limit": 1, "fail_mode": "closed"},
     "user": bucket(2, identity="user", network_rate="1/minute", network_burst=20),
+    "usage": {
+        "algorithm": "sliding_window",
+        "rate": "100/day",
+        "cost": 10,
+        "fail_mode": "closed",
+        "settle": True,
+    },
+    "usage.count": {
+        "algorithm": "sliding_window",
+        "rate": "100/day",
+        "cost": 10,
+        "fail_mode": "closed",
+        "settle": True,
+        "count": ["4xx"],
+    },
 }
 
 
