@@ -178,17 +178,8 @@ class AppServer:
     def close(self) -> None:
         """End the process group: SIGTERM, then SIGKILL what is left after 10 s."""
         process, self._process = self._process, None
-        if process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=10)
-        # Workers can outlive their supervisor: whatever is left of the group goes.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=10)
+        if process is not None:
+            end_process_group(process)
 
     def _wait_until_serving(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -203,6 +194,20 @@ class AppServer:
                 if time.monotonic() > deadline:
                     raise AssertionError(f"{self.deployment.name} not serving:\n{self.log()}")
                 time.sleep(0.1)
+
+
+def end_process_group(process: subprocess.Popen[bytes]) -> None:
+    """End the process group ``process`` leads (started with ``start_new_session``):
+    SIGTERM, then SIGKILL what is left after 10 s (workers and a reloader's children can
+    outlive their supervisor)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10)
 
 
 def warm_up(server: AppServer, timeout: float = 60.0) -> None:

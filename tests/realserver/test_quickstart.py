@@ -16,7 +16,6 @@ import contextlib
 import os
 import re
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.realserver.servers import end_process_group
 from tests.support.docs_snippets import snippet
 from tests.support.redis_server import free_port
 
@@ -134,13 +134,7 @@ def serving(shell: Shell, command: str, port: int) -> Iterator[None]:
         wait_until(answers)
         yield
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=10)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
+        end_process_group(process)
 
 
 def on_port(text: str, port: int) -> str:
