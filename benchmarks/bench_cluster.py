@@ -11,21 +11,25 @@
    minus admissions Redis remembers = writes lost to asynchronous replication = the
    over-admission a failover can cause.
 
-Run: ``python benchmarks/bench_cluster.py [--quick] [--plot docs/img/cluster-latency.png]``
+Run: ``python -m benchmarks.bench_cluster [--quick] [--plot docs/img/cluster-latency.png]``
+(or ``python benchmarks/bench_cluster.py ...``)
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import threading
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from _common import machine_note, markdown_table, private_redis, run_rounds
-from _plots import latency_bars_png
+if not __package__:  # run as a file: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._common import machine_note, markdown_table, private_redis, run_rounds
+from benchmarks._plots import latency_bars_png
 from sentinel_core import AnonymousIdentity, DecisionReason, Sentinel, TenantIdentity
 from tests.support.redis_cluster import RedisCluster, SentinelDeployment
 

@@ -18,8 +18,8 @@ per algorithm after 100 admitted hits.
 
 Run from the repository root::
 
-    /work/venv/bin/python -m benchmarks.bench_core            # about a minute
-    /work/venv/bin/python -m benchmarks.bench_core --quick    # a smoke run
+    python -m benchmarks.bench_core            # about a minute
+    python -m benchmarks.bench_core --quick    # a smoke run
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ noise spreads over all of them. Reported: throughput relative to the unguarded b
 
 Run from the repository root::
 
-    /work/venv/bin/python benchmarks/bench_django.py              # about a minute
-    /work/venv/bin/python benchmarks/bench_django.py --quick      # a smoke run
+    python benchmarks/bench_django.py              # about a minute
+    python benchmarks/bench_django.py --quick      # a smoke run
 """
 
 from __future__ import annotations

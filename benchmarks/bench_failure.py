@@ -17,9 +17,9 @@ Three measurements, in one process, on loopback only:
 
 Run from the repository root::
 
-    /work/venv/bin/python -m benchmarks.bench_failure
-    /work/venv/bin/python -m benchmarks.bench_failure --quick
-    /work/venv/bin/python -m benchmarks.bench_failure --profile   # where the µs go
+    python -m benchmarks.bench_failure
+    python -m benchmarks.bench_failure --quick
+    python -m benchmarks.bench_failure --profile   # where the µs go
 """
 
 from __future__ import annotations

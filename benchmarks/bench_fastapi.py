@@ -37,8 +37,8 @@ each limiter adds over ``fastapi``.
 
 Run from the repository root::
 
-    /work/venv/bin/python benchmarks/bench_fastapi.py              # about a minute
-    /work/venv/bin/python benchmarks/bench_fastapi.py --quick      # a smoke run
+    python benchmarks/bench_fastapi.py              # about a minute
+    python benchmarks/bench_fastapi.py --quick      # a smoke run
 """
 
 from __future__ import annotations

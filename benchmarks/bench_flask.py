@@ -21,7 +21,7 @@ Variants run interleaved, round after round, so machine noise spreads over all o
 Reported: throughput relative to ``flask`` (guarded/unguarded; higher is better) and the
 p50/p99 latency each limiter adds over ``flask``.
 
-    /work/venv/bin/python benchmarks/bench_flask.py [--requests 2000] [--rounds 5]
+    python benchmarks/bench_flask.py [--requests 2000] [--rounds 5]
 """
 
 from __future__ import annotations

@@ -32,8 +32,8 @@ seconds, nearly every request denied. Measured:
 
 Run from the repository root (``wrk`` on PATH: ``apt-get install wrk``)::
 
-    /work/venv/bin/python -m benchmarks.bench_flood               # ~7 minutes
-    /work/venv/bin/python -m benchmarks.bench_flood --seconds 5   # a quick run
+    python -m benchmarks.bench_flood               # ~7 minutes
+    python -m benchmarks.bench_flood --seconds 5   # a quick run
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ a policy generous enough that nothing is denied (the denied column proves it).
 
 Run from the repository root::
 
-    /work/venv/bin/python -m benchmarks.bench_identity            # about a minute
-    /work/venv/bin/python -m benchmarks.bench_identity --quick    # a smoke run
+    python -m benchmarks.bench_identity            # about a minute
+    python -m benchmarks.bench_identity --quick    # a smoke run
 """
 
 from __future__ import annotations

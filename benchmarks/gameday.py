@@ -11,9 +11,9 @@ admissions against the emergency limiter's bound, capacity + fallback_rate x ela
 
 Run from the repository root::
 
-    /work/venv/bin/python -m benchmarks.gameday              # 4 threads, evaluate
-    /work/venv/bin/python -m benchmarks.gameday --asyncio    # 50 tasks, aevaluate
-    /work/venv/bin/python -m benchmarks.gameday --plot docs/img/gameday.png
+    python -m benchmarks.gameday              # 4 threads, evaluate
+    python -m benchmarks.gameday --asyncio    # 50 tasks, aevaluate
+    python -m benchmarks.gameday --plot docs/img/gameday.png
 """
 
 from __future__ import annotations
