@@ -29,6 +29,7 @@ SPEC_METRICS = (
     "sentinel_breaker_transitions_total",
 )
 BUCKET = {"algorithm": "token_bucket", "rate": "1/minute", "burst": 2, "fail_mode": "closed"}
+INGEST = {"algorithm": "token_bucket", "rate": "5/second", "fail_mode": "closed"}
 
 
 @pytest.fixture
@@ -234,7 +235,7 @@ def test_the_breaker_gauge_starts_closed(registry: CollectorRegistry) -> None:
 def test_the_breaker_gauge_follows_a_real_outage_to_open(registry: CollectorRegistry) -> None:
     sentinel = dead_sentinel(
         registry,
-        api__ingest={"algorithm": "token_bucket", "rate": "5/second", "fail_mode": "closed"},
+        api__ingest=INGEST,
     )
     sentinel.evaluate("api.ingest", "acme")
     assert gauge(registry) == 0
@@ -278,18 +279,24 @@ class Clock:
         return self.now
 
 
+def clocked_sentinel(
+    url: str, registry: CollectorRegistry, clock: Clock, open_seconds: int, **options: Any
+) -> Sentinel:
+    """A Sentinel on ``url`` whose breaker opens at the first failure, for
+    ``open_seconds`` of ``clock``; ``options`` are more top-level keys."""
+    config = make_config(url, api__ingest=INGEST)
+    config["breaker"] = {"failure_threshold": 1, "open_seconds": open_seconds}
+    config.update(options)
+    return Sentinel(config, registry=registry, entry_points=False, clock=clock)
+
+
 def test_an_idle_breaker_reads_half_open_at_the_next_scrape_without_a_request(
     registry: CollectorRegistry,
 ) -> None:
     """SPEC §3: once ``open_seconds`` have passed, the gauge says half-open (2) with no
     request to move the breaker; the transition is counted once, however many scrapes."""
     clock = Clock()
-    config = make_config(
-        f"redis://127.0.0.1:{free_port()}/0",
-        api__ingest={"algorithm": "token_bucket", "rate": "5/second", "fail_mode": "closed"},
-    )
-    config["breaker"] = {"failure_threshold": 1, "open_seconds": 30}
-    sentinel = Sentinel(config, registry=registry, entry_points=False, clock=clock)
+    sentinel = clocked_sentinel(f"redis://127.0.0.1:{free_port()}/0", registry, clock, 30)
     sentinel.evaluate("api.ingest", "acme")
     assert gauge(registry) == 1
     clock.now += 29.9
@@ -306,13 +313,7 @@ def test_after_redis_recovers_an_idle_breaker_stops_reading_open_and_one_request
 ) -> None:
     clock = Clock()
     with TcpProxy(redis_server.port, "blackhole") as proxy:
-        config = make_config(
-            proxy.url,
-            api__ingest={"algorithm": "token_bucket", "rate": "5/second", "fail_mode": "closed"},
-        )
-        config["breaker"] = {"failure_threshold": 1, "open_seconds": 30}
-        config["socket_timeout_ms"] = 50
-        sentinel = Sentinel(config, registry=registry, entry_points=False, clock=clock)
+        sentinel = clocked_sentinel(proxy.url, registry, clock, 30, socket_timeout_ms=50)
         assert sentinel.evaluate("api.ingest", "acme").reason is DecisionReason.FAIL_CLOSED
         assert gauge(registry) == 1
         proxy.mode = "forward"  # Redis is back; this process sees no request for a while
@@ -331,12 +332,7 @@ def test_after_redis_recovers_an_idle_breaker_stops_reading_open_and_one_request
 def test_a_shared_registry_reads_every_breaker_at_each_scrape(registry: CollectorRegistry) -> None:
     clock = Clock()
     healthy = memory_sentinel(registry)
-    config = make_config(
-        f"redis://127.0.0.1:{free_port()}/0",
-        api__ingest={"algorithm": "token_bucket", "rate": "5/second", "fail_mode": "closed"},
-    )
-    config["breaker"] = {"failure_threshold": 1, "open_seconds": 5}
-    idle = Sentinel(config, registry=registry, entry_points=False, clock=clock)
+    idle = clocked_sentinel(f"redis://127.0.0.1:{free_port()}/0", registry, clock, 5)
     idle.evaluate("api.ingest", "acme")
     assert gauge(registry) == 1
     clock.now += 5
@@ -373,7 +369,7 @@ def test_a_shared_registry_gauge_shows_the_least_healthy_breaker(
     healthy = memory_sentinel(registry)
     broken = dead_sentinel(
         registry,
-        api__ingest={"algorithm": "token_bucket", "rate": "5/second", "fail_mode": "closed"},
+        api__ingest=INGEST,
     )
     broken.evaluate("api.ingest", "acme")
     broken.evaluate("api.ingest", "acme")

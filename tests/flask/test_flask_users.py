@@ -15,6 +15,7 @@ from flask_login import LoginManager, UserMixin, current_user, login_user, logou
 from jinja2 import DictLoader
 from prometheus_client import CollectorRegistry
 from werkzeug.exceptions import HTTPException
+from werkzeug.test import TestResponse
 
 from sentinel_core import ConfigError, DecisionReason
 from sentinel_core.testing import ratelimit_headers
@@ -73,36 +74,49 @@ def statuses(client: FlaskClient, times: int, **headers: str) -> list[int]:
     return [client.get("/search", headers=headers).status_code for _ in range(times)]
 
 
-def test_a_logged_in_user_has_their_own_limit_across_sessions(
-    make: Callable[..., Flask], redis_url: str
-) -> None:
-    app = make(user_config(redis_url))
+def alice_on_two_devices_bob_on_a_third(app: Flask) -> tuple[FlaskClient, TestResponse]:
+    """Alice spends her limit of 3 from her laptop and her phone, Bob keeps his own:
+    Alice's laptop, and her phone's first response (a user, so no device cookie)."""
     laptop, phone, other = app.test_client(), app.test_client(), app.test_client()
     laptop.post("/login/alice")
     phone.post("/login/alice")
     other.post("/login/bob")
-
     assert statuses(laptop, 2) == [200, 200]
     first = phone.get("/search")
     assert (first.status_code, first.json) == (200, {"user": "alice"})
-    assert first.headers.get("Set-Cookie") is None  # a user is no device
+    assert "sentinel_device=" not in first.headers.get("Set-Cookie", "")  # a user is no device
     assert statuses(phone, 1) == [429]  # alice's 3, from either device
-    assert statuses(other, 1) == [200]
+    assert statuses(other, 1) == [200]  # bob's own 3
+    return laptop, first
+
+
+def device_then_login_then_logout(client: FlaskClient, user: str) -> TestResponse:
+    """A visitor spends their device's 3, logs in as ``user`` (that user's own limit),
+    logs out (the device's, spent, again); the visitor's first response."""
+    first = client.get("/search")
+    assert first.status_code == 200
+    assert "sentinel_device=" in first.headers["Set-Cookie"]
+    assert statuses(client, 3) == [200, 200, 429]  # the device's 3
+    client.post(f"/login/{user}")
+    assert statuses(client, 1) == [200]  # logged in: the user's own limit
+    client.post("/logout")
+    assert statuses(client, 1) == [429]  # logged out: the device again
+    return first
+
+
+def test_a_logged_in_user_has_their_own_limit_across_sessions(
+    make: Callable[..., Flask], redis_url: str
+) -> None:
+    app = make(user_config(redis_url))
+    _, first = alice_on_two_devices_bob_on_a_third(app)
+    assert first.headers.get("Set-Cookie") is None  # no cookie of any kind
 
 
 def test_a_request_without_a_login_is_an_anonymous_client_never_a_401(
     make: Callable[..., Flask], redis_url: str
 ) -> None:
     app = make(user_config(redis_url))
-    client = app.test_client()
-    first = client.get("/search")
-    assert first.status_code == 200
-    assert "sentinel_device=" in first.headers["Set-Cookie"]
-    assert statuses(client, 3) == [200, 200, 429]  # the device's 3
-    client.post("/login/carol")
-    assert statuses(client, 1) == [200]  # logged in: carol's own limit
-    client.post("/logout")
-    assert statuses(client, 1) == [429]  # logged out: the device again
+    device_then_login_then_logout(app.test_client(), "carol")
 
 
 def test_an_api_key_names_the_user(make: Callable[..., Flask], redis_url: str) -> None:
@@ -293,18 +307,8 @@ def test_flask_login_a_user_has_their_own_limit_across_devices(
     flask_login_app: tuple[Flask, set[str]],
 ) -> None:
     app, _ = flask_login_app
-    laptop, phone, other = app.test_client(), app.test_client(), app.test_client()
-    laptop.post("/login/alice")
-    phone.post("/login/alice")
-    other.post("/login/bob")
-
-    assert statuses(laptop, 2) == [200, 200]
-    first = phone.get("/search")
-    assert (first.status_code, first.json) == (200, {"user": "alice"})
-    assert "sentinel_device=" not in first.headers.get("Set-Cookie", "")  # a user is no device
-    assert statuses(phone, 1) == [429]  # alice's 3, from either device
+    laptop, _ = alice_on_two_devices_bob_on_a_third(app)
     assert statuses(laptop, 1) == [429]
-    assert statuses(other, 1) == [200]  # bob's own 3
 
 
 def test_flask_login_an_anonymous_visitor_is_an_anonymous_client_never_a_401(
@@ -312,14 +316,8 @@ def test_flask_login_an_anonymous_visitor_is_an_anonymous_client_never_a_401(
 ) -> None:
     app, accounts = flask_login_app
     client = app.test_client()
-    first = client.get("/search")
-    assert (first.status_code, first.json) == (200, {"user": None})
-    assert "sentinel_device=" in first.headers["Set-Cookie"]
-    assert statuses(client, 3) == [200, 200, 429]  # the device's 3
-    client.post("/login/alice")
-    assert statuses(client, 1) == [200]  # logged in: alice's own limit
-    client.post("/logout")
-    assert statuses(client, 1) == [429]  # logged out: the device again
+    first = device_then_login_then_logout(client, "alice")
+    assert first.json == {"user": None}
     client.post("/login/bob")
     accounts.discard("bob")  # the session names a user the loader no longer knows
     assert statuses(client, 1) == [429]  # so the request is the device's
