@@ -227,7 +227,10 @@ class AsyncCalls(CallsBase):
 
     async def aguard(self, endpoint_id: str, request: RequestView) -> Outcome:
         """Decide an HTTP request: identity, decision, and its HTTP outcome."""
-        await self.http.aprefetch_keys(request)  # unasync: async only
+        # unasync: begin async only
+        if self.http.prefetches:  # a JWKS fetch never runs on the event loop
+            await self.http.aprefetch_keys(request)
+        # unasync: end
         prepared = self.http.prepare(self._engine.policy(endpoint_id), request)
         if not isinstance(prepared, Prepared):
             return prepared
@@ -238,7 +241,10 @@ class AsyncCalls(CallsBase):
         """Admit an HTTP request that pays for ``endpoints`` (`endpoint` objects, or ids:
         see `RouteTable.charged`): the `Admission` says whether the handler may run;
         call its ``acomplete`` with the final status once the response is over."""
-        await self.http.aprefetch_keys(request)  # unasync: async only
+        # unasync: begin async only
+        if self.http.prefetches:  # a JWKS fetch never runs on the event loop
+            await self.http.aprefetch_keys(request)
+        # unasync: end
         compiled = self._compiled(endpoints)
         if len(compiled) == 1 and compiled[0].straight:  # identity, key, one call, outcome
             endpoint = compiled[0]

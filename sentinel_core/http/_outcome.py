@@ -150,6 +150,9 @@ class HttpLayer:
         self._clients = ClientAddresses(config.trusted_proxies)
         self._exemptions = Exemptions(config.exempt, hooks.exempt, on_exempt)
         self._jwt = JwtVerifier(config.jwt) if config.jwt is not None else None
+        self.prefetches = config.jwt is not None and config.jwt.jwks is not None
+        """Whether asyncio code must await `aprefetch_keys` before `prepare` (keys from a
+        JWKS); without one there is nothing to fetch, and no coroutine to make."""
         self._cookies = DeviceCookies(config.anonymous) if config.anonymous is not None else None
 
     async def aprefetch_keys(self, request: RequestView) -> None:
