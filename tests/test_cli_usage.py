@@ -22,6 +22,13 @@ rate = "1000/month"
 timezone = "Europe/Berlin"
 fail_mode = "closed"
 
+[sentinel.policies."llm.tokens"]
+algorithm = "quota"
+rate = "100000/month"
+cost = 500
+settle = true
+fail_mode = "closed"
+
 [sentinel.policies."reports.render"]
 algorithm = "concurrency"
 limit = 4
@@ -132,3 +139,20 @@ def test_usage_prints_tenant_arguments_escaped(
     out = capsys.readouterr().out
     assert "\x1b" not in out
     assert "  evil\\x1b[31m\\n  " in out
+
+
+def test_usage_reports_the_units_a_settle_quota_charged(
+    config_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sentinel = Sentinel(config_path, registry=CollectorRegistry(), entry_points=False)
+    sentinel.reserve("llm.tokens", "acme").settle(1234)
+    sentinel.reserve("llm.tokens", "acme").settle(66)
+    sentinel.close()
+    assert main(["usage", config_path, "llm.tokens", "acme"]) == 0
+    out = capsys.readouterr().out
+    assert "llm.tokens (quota 100000/month, units settled by usage, periods in UTC)" in out
+    assert out.splitlines()[2].split()[1:3] == ["1300", "98700"]
+    assert main(["usage", config_path, "llm.tokens", "acme", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["settle"] is True
+    assert document["tenants"][0]["used"] == 1300

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sentinel_core import BreakerState, ConfigError, DecisionReason, Reservation, Sentinel
+from tests.support.race import run_processes
 from tests.support.redis_server import RedisServer
 
 DAY = 86_400
@@ -513,3 +514,42 @@ async def test_racing_coroutines_end_where_the_arithmetic_says(
     assert all(admitted)
     spent = sum(used_by(index) for index in range(RACERS))
     assert (await sentinel.apeek(endpoint_id, TENANT)).remaining + 1 == 1000 - spent
+
+
+def settle_in_threads(url: str, endpoint_id: str, start: Any, results: Any) -> None:
+    """A process's racers (`run_processes` target): 8 threads, 2 reservations each,
+    settled at `used_by` their index; reports whether each was admitted."""
+    policies = {endpoint_id: token_bucket(rate="1000/day", burst=1000, cost=1)}
+    if endpoint_id == "llm.sw":
+        policies = {endpoint_id: sliding_window(rate="1000/day", cost=1)}
+    try:
+        sentinel = build(url, policies)
+        start.wait()
+
+        def racer(index: int) -> bool:
+            reservation = sentinel.reserve(endpoint_id, TENANT, units=10)
+            reservation.settle(used_by(index))
+            return reservation.decision.allowed
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            results.put(list(pool.map(racer, range(16))))
+        sentinel.close()
+    except BaseException as exc:
+        results.put(repr(exc))
+        raise
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("endpoint_id", ["llm.small", "llm.sw"])
+def test_racing_processes_end_where_the_arithmetic_says(redis_url: str, endpoint_id: str) -> None:
+    reports = run_processes(settle_in_threads, (redis_url, endpoint_id), 3)
+    assert all(admitted for report in reports for admitted in report)
+    spent = 3 * sum(used_by(index) for index in range(16))
+    policies = {endpoint_id: token_bucket(rate="1000/day", burst=1000, cost=1)}
+    if endpoint_id == "llm.sw":
+        policies = {endpoint_id: sliding_window(rate="1000/day", cost=1)}
+    sentinel = build(redis_url, policies)
+    try:
+        assert remaining(sentinel, endpoint_id) == 1000 - spent
+    finally:
+        sentinel.close()

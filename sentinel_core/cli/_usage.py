@@ -91,7 +91,8 @@ def _not_read(command: str, endpoint_id: str, what: str) -> int:
 
 def _describe(policy: Policy) -> str:
     if policy.algorithm is Algorithm.QUOTA:
-        return f"quota {policy.limit}/{policy.calendar}, periods in {policy.timezone}"
+        units = ", units settled by usage" if policy.settle else ""
+        return f"quota {policy.limit}/{policy.calendar}{units}, periods in {policy.timezone}"
     return f"concurrency {policy.limit} in flight"
 
 
@@ -102,6 +103,7 @@ def _document(policy: Policy, rows: list[tuple[str, Usage]]) -> dict[str, Any]:
         "limit": policy.limit,
         "calendar": policy.calendar,
         "timezone": policy.timezone if policy.calendar else None,
+        "settle": policy.settle,
         "tenants": [
             {
                 "tenant": tenant,

@@ -22,15 +22,15 @@ class Endpoint:
 
     policy: Policy
     straight: bool = field(init=False)
-    """One script call decides a request and nothing is owed after the handler (no
-    ``count`` to consume, no reservation to settle, no concurrency lease to hand back):
-    the straight line of `Sentinel.admit`. The others take the lifecycle's conversation."""
+    """One script call decides a request and nothing is owed after the handler but a
+    settlement (no ``count`` to consume, no concurrency lease to hand back): the
+    straight line of `Sentinel.admit`, whose `Admission` settles a ``settle`` policy at
+    completion. The others take the lifecycle's conversation."""
     _args: dict[int, tuple[int, ...]] = field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         policy = self.policy
-        owes = policy.count is not None or policy.settle
-        straight = not owes and policy.algorithm is not Algorithm.CONCURRENCY
+        straight = policy.count is None and policy.algorithm is not Algorithm.CONCURRENCY
         object.__setattr__(self, "straight", straight)
 
     @property

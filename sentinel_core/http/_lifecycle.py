@@ -153,6 +153,10 @@ class Admission:
         if self._completed:
             return
         self._completed = True
+        settled = self._settled_alone()
+        if settled is not None:  # one settle policy, nothing else owed: no conversation
+            self._run.settler.settle(*settled)
+            return
         drive(completion(self, status), self._run.sync)
 
     async def acomplete(self, status: int) -> None:
@@ -160,7 +164,22 @@ class Admission:
         if self._completed:
             return
         self._completed = True
+        settled = self._settled_alone()
+        if settled is not None:
+            await self._run.settler.asettle(*settled)
+            return
         await adrive(completion(self, status), self._run.async_)
+
+    def _settled_alone(self) -> tuple[Decision, Identity, int] | None:
+        """The settlement of a request whose one charge is a settle policy without
+        ``count`` (the usual settle request): what `completion` would settle, directly."""
+        if self.meter is None or len(self.charges) != 1 or self.charges[0].policy.count:
+            return None
+        (charge,) = self.charges
+        decision = charge.outcome.decision
+        assert decision is not None  # a charge is an admission: it has its decision
+        used = self.meter.close()
+        return decision, charge.identity, decision.policy.cost if used is None else used
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +188,7 @@ class _Runner:
 
     sync: Callable[[Step], Any]
     async_: Callable[[Step], Awaitable[Any]]
+    settler: Settler
 
 
 class Settler(Protocol):
@@ -397,4 +417,4 @@ def make_runner(facade: Facade, settler: Settler) -> _Runner:
             return await facade.aprecheck(step.endpoint_id, step.identity, step.request)
         return await facade.aevaluate(step.endpoint_id, step.identity, step.request)
 
-    return _Runner(sync, async_)
+    return _Runner(sync, async_, settler)

@@ -139,6 +139,7 @@ class SentinelMetrics:
         self._duration_children: dict[str, Any] = {}
         self._shadow_children: dict[tuple[str, DecisionReason], Any] = {}
         self._local_children: dict[str, Any] = {}
+        self._units_children: dict[str, Any] = {}
         self._failure_children: dict[tuple[str, DecisionReason], Any] = {}
 
     def track(self, state: BreakerState, breaker: CircuitBreaker | None = None) -> int:
@@ -202,6 +203,14 @@ class SentinelMetrics:
                     decision.endpoint_id
                 )
             local.inc()
+
+    def count_units(self, endpoint_id: str, units: int) -> None:
+        """``sentinel_units_total``: the child per endpoint kept (``labels()`` on every
+        request would cost more than the rest of the count)."""
+        child = self._units_children.get(endpoint_id)
+        if child is None:
+            child = self._units_children[endpoint_id] = self.units.labels(endpoint_id)
+        child.inc(units)
 
     def _current(self) -> float:
         """The gauge's value at collection: every breaker is read first, so one whose
@@ -271,7 +280,7 @@ class MetricsPlugin:
 
     def settled(self, endpoint_id: str, units: int) -> None:
         """Count ``units`` charged by one settled (or kept) reservation."""
-        self.metrics.units.labels(endpoint_id=endpoint_id).inc(units)
+        self.metrics.count_units(endpoint_id, units)
 
     def unsettled(self, endpoint_id: str, units: int) -> None:
         """Count ``units`` a failed settlement left refunded or charged wrongly."""
