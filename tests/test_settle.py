@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from sentinel_core import BreakerState, ConfigError, DecisionReason, Reservation, Sentinel
 from tests.support.race import run_processes
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, free_port
 
 DAY = 86_400
 TENANT = "acme"
@@ -551,5 +551,33 @@ def test_racing_processes_end_where_the_arithmetic_says(redis_url: str, endpoint
     sentinel = build(redis_url, policies)
     try:
         assert remaining(sentinel, endpoint_id) == 1000 - spent
+    finally:
+        sentinel.close()
+
+
+def test_a_shadow_denial_charged_nothing_and_settles_nothing(sentinel: Sentinel) -> None:
+    sentinel = build(sentinel.config.redis_url, {"s": token_bucket(shadow=True)})
+    try:
+        sentinel.reserve("s", TENANT).settle(150)  # into debt
+        shadowed = sentinel.reserve("s", TENANT)
+        assert shadowed.decision.allowed  # shadow mode never denies
+        assert not shadowed.decision.would_allow
+        shadowed.settle(40)  # the store charged nothing: nothing to settle
+        assert units(sentinel, endpoint="s") == 150
+    finally:
+        sentinel.close()
+
+
+def test_a_fail_open_reservation_the_store_never_saw_settles_nothing() -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    policies = {"open": token_bucket(fail_mode="open", fallback_rate="10/second")}
+    sentinel = build(dead, policies, config={"socket_timeout_ms": 50})
+    try:
+        reservation = sentinel.reserve("open", TENANT)
+        assert reservation.decision.allowed
+        assert reservation.decision.reason is DecisionReason.REDIS_CONNECTION_ERROR
+        reservation.settle(99)
+        assert units(sentinel, endpoint="open") == 0
+        assert units(sentinel, "sentinel_unsettled_units_total", "open") == 0
     finally:
         sentinel.close()
