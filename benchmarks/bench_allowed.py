@@ -10,6 +10,9 @@ process through the framework's own test client, on one private redis-server:
   is far above what one process sends: an allowed request;
 * ``sentinel-denied``: the same with a limit of 1 a day: a denied request (after the
   first, answered from the process's local denials: SPEC §3);
+* ``sentinel-settle``: the same policy with ``settle = true`` (usage known after the
+  handler), the handler reporting nothing: a reservation settled at what it reserved,
+  which costs no second script call;
 * ``sentinel-stubbed``: the ``sentinel`` view with the store's Redis client replaced by
   a stub that answers "allowed" at once: Sentinel's own Python per allowed request;
 * the peers on the same app, each keyed by the same verified JWT ``sub``: Flask-Limiter
@@ -42,13 +45,19 @@ from typing import Any
 JWT_KEY = "benchmark-jwt-key-0123456789abcdef-0123456789"
 NEVER_DENY = 1_000_000
 ROOT = Path(__file__).resolve().parents[1]
-SENTINEL_VARIANTS = ("sentinel", "sentinel-denied", "sentinel-stubbed")
+SENTINEL_VARIANTS = ("sentinel", "sentinel-settle", "sentinel-denied", "sentinel-stubbed")
 PEERS = {
     "flask": ("flask-limiter",),
     "fastapi": ("slowapi", "fastapi-limiter"),
     "django": ("django-ratelimit",),
 }
 EXPECTED = {"sentinel-denied": 429}
+GUARDED = (
+    ("sentinel", "bench.work"),
+    ("sentinel-denied", "bench.denied"),
+    ("sentinel-settle", "bench.settle"),
+)
+"""The guarded routes and the endpoint id each pays for."""
 
 
 def variants(framework: str) -> tuple[str, ...]:
@@ -81,6 +90,7 @@ def sentinel_config(redis_url: str) -> dict[str, Any]:
         "jwt": {"algorithms": ["HS256"], "key": JWT_KEY},
         "policies": {
             "bench.work": {**bucket, "rate": f"{NEVER_DENY}/second"},
+            "bench.settle": {**bucket, "rate": f"{NEVER_DENY}/second", "settle": True},
             "bench.denied": {**bucket, "rate": "1/day"},
         },
     }
@@ -153,7 +163,7 @@ def flask_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
 
     guarded = Flask("sentinel")
     guarded.config["SENTINEL"] = sentinel_config(redis_url)
-    for route, endpoint_id in (("sentinel", "bench.work"), ("sentinel-denied", "bench.denied")):
+    for route, endpoint_id in GUARDED:
         guarded.add_url_rule(f"/{route}", route, rate_limited(endpoint_id)(bare), methods=["POST"])
     extension = Sentinel(guarded, registry=CollectorRegistry())
 
@@ -174,6 +184,7 @@ def flask_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
         "/floor": clients[plain],
         "/sentinel": clients[guarded],
         "/sentinel-denied": clients[guarded],
+        "/sentinel-settle": clients[guarded],
         "/flask-limiter": clients[peer],
     }
     headers = {"Authorization": f"Bearer {token()}"}
@@ -241,7 +252,7 @@ def fastapi_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
         return {"ok": True}
 
     guarded = FastAPI()
-    for route, endpoint_id in (("sentinel", "bench.work"), ("sentinel-denied", "bench.denied")):
+    for route, endpoint_id in GUARDED:
         guarded.post(f"/{route}")(rate_limited(endpoint_id)(bare))
     sentinel = Sentinel(sentinel_config(redis_url), registry=CollectorRegistry())
     sentinel.init_app(guarded)
@@ -315,6 +326,7 @@ def django_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
             path("sentinel", rate_limited("bench.work")(bare)),
             path("sentinel-stubbed", rate_limited("bench.work")(bare)),
             path("sentinel-denied", rate_limited("bench.denied")(bare)),
+            path("sentinel-settle", rate_limited("bench.settle")(bare)),
             path(
                 "django-ratelimit",
                 ratelimit(key=peer_key, rate=f"{NEVER_DENY}/s", block=True)(bare),
