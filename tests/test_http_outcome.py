@@ -365,3 +365,14 @@ async def test_aguard_answers_like_guard(redis_url: str) -> None:
     assert retry_after(outcomes[2]) >= 1
     assert parsed(outcomes[0])[1][1] == 1
     assert unauthorized.status == 401
+
+
+async def test_without_a_jwks_there_is_no_key_to_prefetch() -> None:
+    """Asyncio admissions await the JWKS prefetch only when keys come from a JWKS; the
+    prefetch itself does nothing without one (no jwt section, or keys configured)."""
+    policy = {"algorithm": "token_bucket", "rate": "5/second", "fail_mode": "closed"}
+    for jwt in (None, {"key": HS_SECRET}):
+        extra = {} if jwt is None else {"jwt": jwt}
+        sentinel = make_sentinel({"redis_url": "memory://", "policies": {"ep": policy}, **extra})
+        assert not sentinel.http.prefetches
+        await sentinel.http.aprefetch_keys(request_view(headers={"authorization": "Bearer x"}))
