@@ -122,7 +122,7 @@ class JwksKeys:
             return
         fetch = self._start(kid)
         if fetch is not None:
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fetch)), self._timeout)
 
     def load(self) -> None:
