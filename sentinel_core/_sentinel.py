@@ -91,6 +91,7 @@ class Sentinel(SyncCalls, AsyncCalls):
         )
         # The built-in observers are plain plugins: unregister them by name to opt out.
         metrics = MetricsPlugin(registry, self._breaker)
+        metrics.bind(self.config.policies)
         self._hooks.register_builtin(metrics, "sentinel.metrics")
         self._hooks.register_builtin(DecisionLogPlugin(self._breaker, clock_ns), "sentinel.logging")
         if self.config.opentelemetry:

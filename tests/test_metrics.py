@@ -455,7 +455,16 @@ def test_the_metrics_plugin_can_be_unregistered_by_name(registry: CollectorRegis
     sentinel = memory_sentinel(registry)
     sentinel.plugin_manager.unregister(name="sentinel.metrics")
     sentinel.evaluate("api.ingest", "acme")
-    assert decisions(registry, "api.ingest", "allowed", "true") is None
+    assert decisions(registry, "api.ingest", "allowed", "true") == 0
+
+
+def test_every_endpoint_has_its_allowed_series_from_the_start(registry: CollectorRegistry) -> None:
+    """Made at start-up (so rate() and dashboards see a 0, and the hot path finds them
+    with one lookup), counted from the first decision on."""
+    sentinel = memory_sentinel(registry)
+    assert decisions(registry, "api.ingest", "allowed", "true") == 0
+    sentinel.evaluate("api.ingest", "acme")
+    assert decisions(registry, "api.ingest", "allowed", "true") == 1
 
 
 WORKER = """

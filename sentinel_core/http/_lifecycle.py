@@ -115,19 +115,23 @@ class Admission:
         run: _Runner,
     ) -> None:
         self.request = request
-        self.charges = tuple(charges)
+        self.charges = charges = tuple(charges)
         self.denial = denial
         """The response to answer instead of running the handler (401, 429, 503)."""
         self._run = run
         # Nothing to tell the store after the handler: no count, no lease (the usual case).
-        self._completed = denial is not None or not any(map(_owes_completion, self.charges))
+        self._completed = denial is not None or not any(map(_owes_completion, charges))
         self.meter: Meter | None = None
         """Where the handler's `sentinel_core.settle` calls add up (settle policies)."""
-        if not self._completed and any(charge.policy.settle for charge in self.charges):
+        if not self._completed and any(charge.policy.settle for charge in charges):
             self.meter = open_meter()
         # The response's fields, made once: every charge's outcome joined.
+        if len(charges) == 1:  # the usual case, without the joining
+            outcome = charges[0].outcome
+            self._fields, self._cookie = list(outcome.headers), outcome.cookie
+            return
         outcomes = self.outcomes
-        self._fields = list(outcomes[0].headers) if len(outcomes) == 1 else join_fields(outcomes)
+        self._fields = join_fields(outcomes)
         self._cookie = next((o.cookie for o in outcomes if o.cookie is not None), None)
 
     @property

@@ -154,6 +154,14 @@ class HttpLayer:
         """Whether asyncio code must await `aprefetch_keys` before `prepare` (keys from a
         JWKS); without one there is nothing to fetch, and no coroutine to make."""
         self._cookies = DeviceCookies(config.anonymous) if config.anonymous is not None else None
+        self._policy_fields = {
+            endpoint_id: fields
+            for endpoint_id, policy in config.policies.items()
+            if (fields := _windowed_policy_field(policy)) is not None
+        }
+        """Endpoint id -> its configured policy, its field name and the start of its
+        ``RateLimit-Policy`` value (all but ``pk``), made once: what every allowed
+        response repeats."""
 
     async def aprefetch_keys(self, request: RequestView) -> None:
         """In asyncio servers, before `prepare`: the JWKS fetch this request's token
@@ -274,7 +282,13 @@ class HttpLayer:
         if not self._config.ratelimit_headers or decision.shadow:
             return []
         if decision.reason in STORE_VERDICTS:
-            return ratelimit_headers(decision)
+            compiled = self._policy_fields.get(decision.endpoint_id)
+            if compiled is None or compiled[0] is not decision.policy:  # a plugin's tier
+                return ratelimit_headers(decision)
+            _, name, policy_field = compiled
+            return _windowed_headers(
+                decision, name, policy_field, _partition_key(decision.identity_hash)
+            )
         if decision.allowed or decision.reason is DecisionReason.EMERGENCY_LOCAL_LIMIT:
             return ratelimit_headers(decision, emergency=True)
         return []
@@ -361,8 +375,26 @@ def ratelimit_headers(decision: Decision, *, emergency: bool = False) -> list[tu
         quota, window = capacity, max(1, -(-capacity * rate.period_seconds // rate.count))
     else:
         quota, window = policy.limit, _window_seconds(policy)
+    return _windowed_headers(decision, name, f"{name};q={quota};w={window};pk=:", pk)
+
+
+def _windowed_policy_field(policy: Policy) -> tuple[Policy, str, str] | None:
+    """A policy with one window, its field name and its ``RateLimit-Policy`` value up to
+    ``pk=:`` (the partition key is the identity's); None for the others (layered limits,
+    concurrency, calendar quotas), whose fields `ratelimit_headers` makes."""
+    if policy.layers or policy.algorithm in (Algorithm.CONCURRENCY, Algorithm.QUOTA):
+        return None
+    name = _field_name(policy.endpoint_id)
+    return policy, name, f"{name};q={policy.limit};w={_window_seconds(policy)};pk=:"
+
+
+def _windowed_headers(
+    decision: Decision, name: str, policy_field: str, pk: str
+) -> list[tuple[str, str]]:
+    """The RateLimit fields of one window, the ``RateLimit-Policy`` value up to ``pk``
+    given."""
     return [
-        ("RateLimit-Policy", f"{name};q={quota};w={window};pk=:{pk}:"),
+        ("RateLimit-Policy", f"{policy_field}{pk}:"),
         ("RateLimit", f"{name};r={decision.remaining};t={decision.reset_seconds};pk=:{pk}:"),
     ]
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
+from collections.abc import Iterable
 from typing import Any, Final, Literal
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -137,6 +138,8 @@ class SentinelMetrics:
         self._tokens = itertools.count()
         self._decision_children: dict[tuple[str, DecisionReason, bool], Any] = {}
         self._duration_children: dict[str, Any] = {}
+        self._allowed_children: dict[str, tuple[Any, Any]] = {}
+        """Endpoint id -> its allowed decisions' counter and duration children (`bind`)."""
         self._shadow_children: dict[tuple[str, DecisionReason], Any] = {}
         self._local_children: dict[str, Any] = {}
         self._units_children: dict[str, Any] = {}
@@ -165,20 +168,27 @@ class SentinelMetrics:
             self._breakers.pop(token, None)
             self._publish()
 
+    def bind(self, endpoint_ids: Iterable[str]) -> None:
+        """Make the series of the endpoints' allowed decisions now (start-up): they read
+        0 before the first request, and `record` finds them with one lookup."""
+        for endpoint_id in endpoint_ids:
+            if endpoint_id not in self._allowed_children:
+                self._allowed_children[endpoint_id] = (
+                    self._decision_child(endpoint_id, DecisionReason.ALLOWED, True),
+                    self._duration_child(endpoint_id),
+                )
+
     def record(self, decision: Decision) -> None:
         """Count and time one decision (this is the hot path: label children are cached)."""
-        key = (decision.endpoint_id, decision.reason, decision.allowed)
-        counter = self._decision_children.get(key)
-        if counter is None:
-            counter = self._decision_children[key] = self.decisions.labels(
-                decision.endpoint_id, decision.reason.value, "true" if decision.allowed else "false"
-            )
+        if decision.reason is DecisionReason.ALLOWED:  # nearly every decision
+            bound = self._allowed_children.get(decision.endpoint_id)
+            if bound is not None:
+                bound[0].inc()
+                bound[1].observe(decision.latency_us / 1_000_000)
+                return
+        counter = self._decision_child(decision.endpoint_id, decision.reason, decision.allowed)
         counter.inc()
-        histogram = self._duration_children.get(decision.endpoint_id)
-        if histogram is None:
-            histogram = self._duration_children[decision.endpoint_id] = self.duration.labels(
-                decision.endpoint_id
-            )
+        histogram = self._duration_child(decision.endpoint_id)
         histogram.observe(decision.latency_us / 1_000_000)
         if decision.shadow and not decision.would_allow:
             shadow_key = (decision.endpoint_id, decision.reason)
@@ -203,6 +213,21 @@ class SentinelMetrics:
                     decision.endpoint_id
                 )
             local.inc()
+
+    def _decision_child(self, endpoint_id: str, reason: DecisionReason, allowed: bool) -> Any:
+        key = (endpoint_id, reason, allowed)
+        counter = self._decision_children.get(key)
+        if counter is None:
+            counter = self._decision_children[key] = self.decisions.labels(
+                endpoint_id, reason.value, "true" if allowed else "false"
+            )
+        return counter
+
+    def _duration_child(self, endpoint_id: str) -> Any:
+        histogram = self._duration_children.get(endpoint_id)
+        if histogram is None:
+            histogram = self._duration_children[endpoint_id] = self.duration.labels(endpoint_id)
+        return histogram
 
     def count_units(self, endpoint_id: str, units: int) -> None:
         """``sentinel_units_total``: the child per endpoint kept (``labels()`` on every
@@ -269,6 +294,10 @@ class MetricsPlugin:
         # Forget this breaker when its Sentinel is collected; not at interpreter exit,
         # where nothing reads the gauge any more.
         weakref.finalize(self, self.metrics.forget, self._token).atexit = False
+
+    def bind(self, endpoint_ids: Iterable[str]) -> None:
+        """Make the configured endpoints' series at start-up (`SentinelMetrics.bind`)."""
+        self.metrics.bind(endpoint_ids)
 
     @hookimpl
     def sentinel_decision(self, decision: Decision, request: Any) -> None:
