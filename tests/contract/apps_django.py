@@ -12,7 +12,9 @@ import django
 from django.conf import settings
 from django.core.checks import ERROR, run_checks
 from django.test import Client, override_settings
+from prometheus_client import CollectorRegistry
 
+from sentinel_django import get_sentinel
 from tests.contract.harness import Refused, Reply, lower_headers, routes_for, spell_angles
 
 MIDDLEWARE = ["sentinel_django.middleware.SentinelMiddleware"]
@@ -40,6 +42,7 @@ class DjangoClient:
             },
             ROOT_URLCONF="tests.contract.django_urls",
             MIDDLEWARE=MIDDLEWARE,
+            SENTINEL_METRICS_REGISTRY=CollectorRegistry(),
             DEBUG=True,
         )
         self._settings.enable()
@@ -48,6 +51,7 @@ class DjangoClient:
             self.close()
             raise Refused("; ".join(f"{m.id}: {m.msg}" for m in errors))
         self._http = Client(raise_request_exception=False)
+        self.core = get_sentinel()
 
     def request(self, method: str, path: str, *, headers: Mapping[str, str] | None = None) -> Reply:
         response = self._http.generic(

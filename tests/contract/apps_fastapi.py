@@ -22,6 +22,8 @@ from tests.contract.harness import (
     lower_headers,
     rendered,
     renders_denials,
+    report_bad,
+    report_midway,
     routes_for,
     spell_braces,
 )
@@ -30,7 +32,7 @@ from tests.fastapi.conftest import LifespanFailed, lifespan
 PEER = ("203.0.113.7", 50000)
 
 
-def build_app(config: Mapping[str, Any]) -> FastAPI:
+def build_app(config: Mapping[str, Any]) -> tuple[FastAPI, Sentinel]:
     config, render = renders_denials(config)
     sentinel = Sentinel(
         routes_for(config, spell_braces),
@@ -149,6 +151,20 @@ def build_app(config: Mapping[str, Any]) -> FastAPI:
         sentinel_core.settle(7)
         return Response(status_code=status)
 
+    @app.post("/report/{units}")
+    def report(units: int) -> dict[str, int]:
+        sentinel_core.settle(units)
+        return {"units": units}
+
+    @app.post("/report-bad/{kind}")
+    def report_bad_(kind: int) -> None:
+        report_bad(kind)
+
+    @app.post("/report-midway/{units}")
+    async def report_midway_(units: int) -> dict[str, int]:
+        report_midway(units)
+        return {"units": units}
+
     @app.get("/user")
     @rate_limited("user")
     async def user() -> dict[str, bool]:
@@ -158,11 +174,12 @@ def build_app(config: Mapping[str, Any]) -> FastAPI:
     async def open_() -> dict[str, bool]:
         return {"ok": True}
 
-    return app
+    return app, sentinel
 
 
 class FastApiClient:
-    def __init__(self, app: FastAPI) -> None:
+    def __init__(self, app: FastAPI, core: Sentinel) -> None:
+        self.core = core
         self.loop = asyncio.new_event_loop()
         self._stack = contextlib.AsyncExitStack()
         transport = httpx.ASGITransport(app=app, client=PEER, raise_app_exceptions=False)
@@ -198,7 +215,7 @@ class FastApiFactory:
 
     def build(self, config: Mapping[str, Any]) -> FastApiClient:
         try:
-            app = build_app(config)
+            app, sentinel = build_app(config)
         except ConfigError as exc:
             raise Refused(str(exc)) from exc
-        return FastApiClient(app)
+        return FastApiClient(app, sentinel)

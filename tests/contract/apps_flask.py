@@ -18,6 +18,8 @@ from tests.contract.harness import (
     lower_headers,
     rendered,
     renders_denials,
+    report_bad,
+    report_midway,
     routes_for,
     spell_angles,
 )
@@ -136,6 +138,20 @@ def build_app(config: Mapping[str, Any]) -> Flask:
         sentinel_core.settle(7)
         return Response(status=status)
 
+    @app.post("/report/<int:units>")
+    def report(units: int) -> dict[str, int]:
+        sentinel_core.settle(units)
+        return {"units": units}
+
+    @app.post("/report-bad/<int:kind>")
+    def report_bad_(kind: int) -> None:
+        report_bad(kind)
+
+    @app.post("/report-midway/<int:units>")
+    def report_midway_(units: int) -> dict[str, int]:
+        report_midway(units)
+        return {"units": units}
+
     @app.get("/user")
     @rate_limited("user")
     def user() -> dict[str, bool]:
@@ -155,6 +171,7 @@ def build_app(config: Mapping[str, Any]) -> Flask:
 class FlaskClient:
     def __init__(self, app: Flask) -> None:
         self.app = app
+        self.core: sentinel_core.Sentinel = app.extensions["sentinel"]
         self._http = app.test_client()
 
     def request(self, method: str, path: str, *, headers: Mapping[str, str] | None = None) -> Reply:

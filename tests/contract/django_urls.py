@@ -11,7 +11,7 @@ from django.urls import path
 import sentinel_core
 from sentinel_core import Decision, DecisionReason
 from sentinel_django import rate_limited
-from tests.contract.harness import rendered
+from tests.contract.harness import rendered, report_bad, report_midway
 
 UNAVAILABLE = frozenset(
     {
@@ -126,6 +126,21 @@ def usage_count(request: HttpRequest, status: int) -> HttpResponse:
     return HttpResponse(status=status)
 
 
+def report(request: HttpRequest, units: int) -> JsonResponse:
+    sentinel_core.settle(units)
+    return JsonResponse({"units": units})
+
+
+def report_bad_(request: HttpRequest, kind: int) -> HttpResponse:
+    report_bad(kind)
+    raise AssertionError("settle accepted a bad value")
+
+
+def report_midway_(request: HttpRequest, units: int) -> JsonResponse:
+    report_midway(units)
+    return JsonResponse({"units": units})
+
+
 @rate_limited("user")
 def user(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"ok": True})
@@ -159,6 +174,9 @@ urlpatterns = [
     path("usage-astream/<int:units>", usage_astream),
     path("usage-raise/<int:units>", usage_raise),
     path("usage-count/<int:status>", usage_count),
+    path("report/<int:units>", report),
+    path("report-bad/<int:kind>", report_bad_),
+    path("report-midway/<int:units>", report_midway_),
     path("user", user),
     path("open", open_),
 ]

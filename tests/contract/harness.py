@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import sentinel_core
+
 USER_HEADER = "X-Contract-User"
 """Who the contract app's own auth says the user is (``identity: "user"`` policies)."""
 DENIAL_VIEW = "tests.contract.django_urls.render_denial"
@@ -51,6 +53,9 @@ class Reply:
 
 
 class Client(Protocol):
+    core: sentinel_core.Sentinel
+    """The app's core Sentinel: its policies, ``usage``, its metrics' ``registry``."""
+
     def request(
         self, method: str, path: str, *, headers: Mapping[str, str] | None = None
     ) -> Reply: ...
@@ -95,6 +100,37 @@ def lower_headers(pairs: list[tuple[str, str]]) -> dict[str, str]:
     return headers
 
 
+BAD_UNITS: dict[int, object] = {1: 1.5, 2: "3", 3: True, 4: -1}
+"""What ``/report-bad/{kind}`` passes to ``sentinel_core.settle`` after reporting 3: a
+float, a string, a bool (each a `TypeError`), a negative number (a `ValueError`)."""
+
+RAISED: list[BaseException] = []
+"""What ``sentinel_core.settle`` raised in ``/report-bad/{kind}`` handlers, in order (the
+response is the framework's 500, which does not tell)."""
+
+MIDWAY: list[Callable[[], object]] = []
+"""What ``/report-midway/{units}`` handlers run after reporting (a test stops the store)."""
+
+
+def report_bad(kind: int) -> None:
+    """``/report-bad/{kind}``'s handler: reports 3, then `BAD_UNITS` ``[kind]``; records
+    and re-raises what ``settle`` raised (a request without a settle policy raises at
+    the first call)."""
+    try:
+        sentinel_core.settle(3)
+        sentinel_core.settle(BAD_UNITS[kind])  # type: ignore[arg-type]
+    except (TypeError, ValueError, RuntimeError) as exc:
+        RAISED.append(exc)
+        raise
+
+
+def report_midway(units: int) -> None:
+    """``/report-midway/{units}``'s handler: reports ``units``, then runs `MIDWAY`."""
+    sentinel_core.settle(units)
+    for action in MIDWAY:
+        action()
+
+
 ENDPOINTS = """
 Every factory's app has these endpoints (templates in FastAPI's spelling):
 
@@ -125,6 +161,10 @@ GET  /usage-astream/{units} the same from an async generator (Flask: a generator
 POST /usage-raise/{units}  @rate_limited("usage"), reports ``units``, then raises
 POST /usage-count/{status} @rate_limited("usage.count") (settle, count ["4xx"]):
                            reports 7, answers ``status``
+POST /report/{units}       undecorated (a ``routes`` entry names its policy), a sync
+                           handler that reports ``units``
+POST /report-bad/{kind}    undecorated, `report_bad`: a 500
+POST /report-midway/{units} undecorated, `report_midway`
 GET  /user                 @rate_limited("user") (the user `contract_user` names)
 GET  /open                 never guarded
 """
