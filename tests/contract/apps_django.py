@@ -4,7 +4,7 @@ the test, the system checks as its startup, the test ``Client`` as the server.""
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,14 @@ from django.test import Client, override_settings
 from prometheus_client import CollectorRegistry
 
 from sentinel_django import get_sentinel
-from tests.contract.harness import Refused, Reply, lower_headers, routes_for, spell_angles
+from tests.contract.harness import (
+    Refused,
+    Reply,
+    in_threads,
+    lower_headers,
+    routes_for,
+    spell_angles,
+)
 
 MIDDLEWARE = ["sentinel_django.middleware.SentinelMiddleware"]
 
@@ -51,6 +58,10 @@ class DjangoClient:
             self.close()
             raise Refused("; ".join(f"{m.id}: {m.msg}" for m in errors))
         self._http = Client(raise_request_exception=False)
+        # Loaded now, as a server's handler loads it when it starts: the test client's
+        # loads on its first request, and two threads racing there (`concurrently`)
+        # would both add the middleware's process_view, which would run twice.
+        self._http.handler.load_middleware()
         self.core = get_sentinel()
 
     def request(self, method: str, path: str, *, headers: Mapping[str, str] | None = None) -> Reply:
@@ -61,6 +72,11 @@ class DjangoClient:
         response.close()
         cookies = [morsel.OutputString() for morsel in response.cookies.values()]
         return Reply(response.status_code, lower_headers(list(response.items())), body, cookies)
+
+    def concurrently(
+        self, requests: Sequence[tuple[str, str]], *, headers: Mapping[str, str] | None = None
+    ) -> list[Reply]:
+        return in_threads(self, requests, headers)
 
     def close(self) -> None:
         self._settings.disable()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -194,6 +194,22 @@ class FastApiClient:
         response = self.loop.run_until_complete(
             self._http.request(method, path, headers=dict(headers or {}))
         )
+        return self._reply(response)
+
+    def concurrently(
+        self, requests: Sequence[tuple[str, str]], *, headers: Mapping[str, str] | None = None
+    ) -> list[Reply]:
+        """The requests as concurrent tasks of the app's event loop (an ASGI server's)."""
+
+        async def send() -> list[httpx.Response]:
+            return await asyncio.gather(
+                *(self._http.request(m, p, headers=dict(headers or {})) for m, p in requests)
+            )
+
+        return [self._reply(response) for response in self.loop.run_until_complete(send())]
+
+    @staticmethod
+    def _reply(response: httpx.Response) -> Reply:
         return Reply(
             response.status_code,
             lower_headers(list(response.headers.multi_items())),

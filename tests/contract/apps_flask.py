@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from flask import Flask, Response, abort, jsonify, stream_with_context
@@ -15,6 +15,7 @@ from tests.contract.harness import (
     Refused,
     Reply,
     contract_user,
+    in_threads,
     lower_headers,
     rendered,
     renders_denials,
@@ -189,6 +190,11 @@ class FlaskClient:
             body,
             response.headers.getlist("Set-Cookie"),
         )
+
+    def concurrently(
+        self, requests: Sequence[tuple[str, str]], *, headers: Mapping[str, str] | None = None
+    ) -> list[Reply]:
+        return in_threads(self, requests, headers)
 
     def close(self) -> None:
         self.app.extensions["sentinel"].close()

@@ -6,7 +6,8 @@ adding its factory to `FACTORIES` (see ``conftest.py``).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -60,6 +61,12 @@ class Client(Protocol):
         self, method: str, path: str, *, headers: Mapping[str, str] | None = None
     ) -> Reply: ...
 
+    def concurrently(
+        self, requests: Sequence[tuple[str, str]], *, headers: Mapping[str, str] | None = None
+    ) -> list[Reply]:
+        """The requests at once, as the framework's servers run them (threads, or tasks
+        of one event loop); the replies in the order of ``requests``."""
+
     def close(self) -> None: ...
 
 
@@ -72,6 +79,15 @@ class Factory(Protocol):
         Raises:
             Refused: the app refuses to start with this configuration.
         """
+
+
+def in_threads(
+    client: Client, requests: Sequence[tuple[str, str]], headers: Mapping[str, str] | None
+) -> list[Reply]:
+    """`Client.concurrently` for a WSGI app: each request in a thread of a pool (a
+    threaded server's workers)."""
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(lambda r: client.request(r[0], r[1], headers=headers), requests))
 
 
 def spell_braces(template: str) -> str:

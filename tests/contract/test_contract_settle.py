@@ -369,6 +369,48 @@ def test_settle_without_a_settle_policy_is_a_runtime_error(
     assert metric(client) == 5
 
 
+# -- a race: requests at once on one bucket end where the arithmetic says ---------------------
+
+RACE: dict[str, dict[str, Any]] = {
+    # cost 1: a token bucket's `r` then tells every unit (see `shown`)
+    "token_bucket": {"algorithm": "token_bucket", "rate": "1000/day", "burst": 1000, "cost": 1},
+    "sliding_window": {"algorithm": "sliding_window", "rate": "1000/day", "cost": 10},
+    "quota": {"algorithm": "quota", "rate": "1000/month", "cost": 10},
+}
+RACERS = 36
+HANDLERS = [
+    ("POST", "/usage", 1),  # (method, path, how many times the handler reports)
+    ("POST", "/usage-sync", 1),
+    ("GET", "/usage-astream", 3),
+    ("POST", "/report", 1),
+]
+
+
+def test_racing_requests_end_where_the_arithmetic_says(
+    build: Build, url: str, algorithm: str
+) -> None:
+    """Requests at once (a WSGI server's threads, an ASGI server's tasks), each reporting
+    its own units (0 to 22 a call, refunds and excesses) from sync and async handlers
+    and streams: the bucket ends at exactly their sum, no request's units landing on
+    another's meter."""
+    config = settle_config(url, algorithm)
+    config["policies"]["usage"] = {**RACE[algorithm], "fail_mode": "closed", "settle": True}
+    client = build(config)
+    racers = [(HANDLERS[i % 4], i % 23) for i in range(RACERS)]
+
+    requests = [(method, f"{path}/{units}") for (method, path, _), units in racers]
+    replies = client.concurrently(requests, headers=AUTH)
+
+    assert [reply.status for reply in replies] == [200] * RACERS
+    spent = sum(units * calls for (_, _, calls), units in racers)
+    assert metric(client) == spent
+    if algorithm == "quota":
+        assert client.core.usage("usage", TENANT).used == spent
+    else:
+        left = client.core.peek("usage", TENANT).remaining + RACE[algorithm]["cost"]
+        assert left == 1000 - spent
+
+
 # -- a store that fails at settlement ---------------------------------------------------------
 
 
