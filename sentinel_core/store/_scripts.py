@@ -35,11 +35,24 @@ def _lua(name: str) -> str:
     return (files("sentinel_core.store") / "lua" / f"{name}.lua").read_text("utf-8")
 
 
+PRELUDES: dict[str, tuple[str, ...]] = {
+    "token_bucket": (),
+    "sliding_window": ("window_state",),
+    "concurrency": ("integers",),
+    "quota": ("integers", "quota_state"),
+    SETTLE: ("integers", "window_state", "quota_state"),
+}
+"""The shared files of local functions each script is prepended with, so that a rule two
+scripts follow (a state decoder, exact division) is written once. A script gets only
+those it calls: each is a closure Redis creates again on every execution."""
+
+
 @cache
 def script(name: str) -> Script:
     """The Lua source of script ``name`` (an `Algorithm`'s, or `SETTLE`: its file, after
-    the shared ``integers.lua``) and its SHA1, which is what EVALSHA names it by."""
-    source = _lua("integers") + _lua(name)
+    its `PRELUDES`) and its SHA1, which is what EVALSHA names it by. The SHA is the whole
+    source's, preludes included, so a changed prelude is a new script (NOSCRIPT, loaded)."""
+    source = "".join(_lua(prelude) for prelude in (*PRELUDES[name], name))
     return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
 
 

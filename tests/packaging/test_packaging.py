@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("sentinel_core", "sentinel_fastapi", "sentinel_flask", "sentinel_django")
 LUA_SCRIPTS = (
     "sentinel_core/store/lua/integers.lua",
+    "sentinel_core/store/lua/window_state.lua",
+    "sentinel_core/store/lua/quota_state.lua",
+    "sentinel_core/store/lua/settle.lua",
     "sentinel_core/store/lua/token_bucket.lua",
     "sentinel_core/store/lua/sliding_window.lua",
     "sentinel_core/store/lua/concurrency.lua",

@@ -1,5 +1,5 @@
--- Exact integer division for Sentinel's scripts; prepended to each of them by
--- sentinel_core/_scripts.py, so they share one definition.
+-- Exact integer division for Sentinel's scripts; sentinel_core/store/_scripts.py
+-- prepends it to those that divide exactly (its PRELUDES), so they share one definition.
 --
 -- Lua numbers are doubles: integers are exact below 2^53, but a / b is rounded, and
 -- math.floor of a rounded quotient can be off by one when a / b is a hair below an

@@ -17,7 +17,8 @@
 -- Clock:   Redis TIME is the only clock. A TIME outside the table (the process clock
 --          is off from Redis's by more than a period) is an error reply: a store
 --          failure, decided by the policy's fail mode, never a guess.
--- Uses:    ceil_div from integers.lua, which is prepended to this file.
+-- Uses:    ceil_div from integers.lua, quota_period, quota_outside and quota_count
+--          from quota_state.lua, prepended to this file.
 -- Returns: the reply layout of sentinel_core/store/_reference.py (ScriptReply):
 --          {allowed 0|1, TIME in us, remaining requests, us until the period's end,
 --           us until the period's end when denied (else 0), binding bucket 1}
@@ -25,38 +26,14 @@
 local time = redis.call('TIME')
 local now = time[1] * 1000000 + time[2]
 local limit, cost = tonumber(ARGV[1]), tonumber(ARGV[2])
-local at = nil
-for j = 3, #ARGV - 1 do
-  if tonumber(ARGV[j]) <= now and now < tonumber(ARGV[j + 1]) then
-    at = j
-    break
-  end
-end
-if not at then
-  return redis.error_reply('ERR sentinel quota: TIME ' .. string.format('%.0f', now) ..
-                           ' is outside the period table')
-end
-local start, stop = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+local at, start, stop = quota_period(now, 3)
+if not at then return quota_outside(now) end
 if cost < 0 then
   redis.call('SET', KEYS[1], string.format('0:%.0f', start), 'PX', ceil_div(stop - now, 1000))
   return {1, now, limit, stop - now, 0, 1}
 end
-local count = 0
-local state = redis.call('GET', KEYS[1])
-if state then
-  local c, s = string.match(state, '^(%d+):(%d+)$')
-  if c then
-    s = tonumber(s)
-    if s >= start then
-      count = tonumber(c)
-      for j = at + 1, #ARGV - 1 do
-        if tonumber(ARGV[j]) == s then
-          start, stop = s, tonumber(ARGV[j + 1])
-        end
-      end
-    end
-  end
-end
+local count
+count, start, stop = quota_count(KEYS[1], at, start, stop)
 local allowed = 1
 if count + cost > limit then
   allowed = 0

@@ -30,7 +30,9 @@
 -- Clock:   Redis TIME is the only clock; every number stays an integer below 2^53 (the
 --          config loader checks TIME plus twice the horizon, and the process bounds
 --          delta by `bound` or `ceiling`).
--- Uses:    idiv and ceil_div from integers.lua, which is prepended to this file.
+-- Uses:    idiv and ceil_div from integers.lua, window_counts from window_state.lua,
+--          quota_period, quota_outside and quota_count from quota_state.lua, all
+--          prepended to this file.
 -- Returns: TIME in microseconds.
 
 local time = redis.call('TIME')
@@ -69,25 +71,11 @@ if algorithm == '2' then
     local delta, window, ceiling = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
     local index = math.floor(now / window)
     local elapsed = now - index * window
-    local current, previous, ahead = 0, 0, 0
-    local state = redis.pcall('GET', KEYS[i])
-    if type(state) == 'string' then
-      local counts, digits, phase = string.match(state, '^([1-9]%d*)(%d)(%d)$')
-      if counts and #counts > digits + 1 then
-        local c = tonumber(string.sub(counts, 1, -digits - 2)) - 1
-        local p = tonumber(string.sub(counts, -digits - 1))
-        local distance = (index - phase) % 10
-        if distance == 0 then
-          current, previous = c, p
-        elseif distance == 1 then
-          previous = c
-        elseif distance == 9 then
-          current, previous, index = c, p, index + 1
-          ahead, elapsed = index * window - now, 0
-        end
-        if current > ceiling then current = ceiling end
-        if previous > ceiling then previous = ceiling end
-      end
+    local current, previous, at = window_counts(redis.pcall('GET', KEYS[i]), index, ceiling)
+    local ahead = 0
+    if at ~= index then  -- the next window: settled there
+      index = at
+      ahead, elapsed = index * window - now, 0
     end
     local new = current + delta
     if delta > 0 then
@@ -108,34 +96,10 @@ if algorithm == '2' then
 end
 
 local delta, ceiling = tonumber(ARGV[2]), tonumber(ARGV[3])
-local at = nil
-for j = 4, #ARGV - 1 do
-  if tonumber(ARGV[j]) <= now and now < tonumber(ARGV[j + 1]) then
-    at = j
-    break
-  end
-end
-if not at then
-  return redis.error_reply('ERR sentinel quota: TIME ' .. string.format('%.0f', now) ..
-                           ' is outside the period table')
-end
-local start, stop = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
-local count = 0
-local state = redis.call('GET', KEYS[1])
-if state then
-  local c, s = string.match(state, '^(%d+):(%d+)$')
-  if c then
-    s = tonumber(s)
-    if s >= start then
-      count = tonumber(c)
-      for j = at + 1, #ARGV - 1 do
-        if tonumber(ARGV[j]) == s then
-          start, stop = s, tonumber(ARGV[j + 1])
-        end
-      end
-    end
-  end
-end
+local at, start, stop = quota_period(now, 4)
+if not at then return quota_outside(now) end
+local count
+count, start, stop = quota_count(KEYS[1], at, start, stop)
 local new = count + delta
 if delta > 0 then
   if new > ceiling then new = ceiling end

@@ -37,6 +37,7 @@
 --          above the ceiling (the limit, or twice it for a settle policy) count as the
 --          ceiling, so Retry-After stays within three windows.
 -- Clock:   Redis TIME is the only clock.
+-- Uses:    window_counts from window_state.lua, which is prepended to this file.
 -- Returns: the reply layout of sentinel_core/store/_reference.py (ScriptReply):
 --          {allowed 0|1, TIME in us, remaining requests, us until the window ends,
 --           us until the same cost can be admitted again (0 when allowed), index of the
@@ -61,43 +62,11 @@ for i = 1, #KEYS do
   local elapsed = now - index * window
   local current, previous, ahead = 0, 0, 0
   if mode ~= '2' then
-    local state = redis.pcall('GET', KEYS[i])
-    local c, p, phase
-    if type(state) == 'string' and string.find(state, '^[1-9]%d*$') then
-      if #state <= 15 then
-        -- exact in a double (below 2^53): split by arithmetic, no string made
-        local v = tonumber(state)
-        phase = v % 10
-        v = (v - phase) / 10
-        local scale = 10 ^ (v % 10 + 1)
-        v = (v - v % 10) / 10
-        if v >= scale then
-          p = v % scale
-          c = (v - p) / scale - 1
-        end
-      else
-        local counts, digits
-        counts, digits, phase = string.match(state, '^(%d+)(%d)(%d)$')
-        if #counts > digits + 1 then
-          c = tonumber(string.sub(counts, 1, -digits - 2)) - 1
-          p = tonumber(string.sub(counts, -digits - 1))
-        end
-      end
-    end
-    if c then
-      local distance = (index - phase) % 10
-      if distance == 0 then
-        current, previous = c, p
-      elseif distance == 1 then
-        previous = c
-      elseif distance == 9 then
-        -- TIME went back across a window edge (a failover): keep the newer window,
-        -- and wait for it
-        current, previous, index = c, p, index + 1
-        ahead, elapsed = index * window - now, 0
-      end
-      if current > ceiling then current = ceiling end
-      if previous > ceiling then previous = ceiling end
+    local at
+    current, previous, at = window_counts(redis.pcall('GET', KEYS[i]), index, ceiling)
+    if at ~= index then  -- the next window: kept, and waited for
+      index = at
+      ahead, elapsed = index * window - now, 0
     end
   end
   local room = limit * window - previous * (window - elapsed) - current * window
