@@ -1,8 +1,8 @@
 """`@rate_limited` and `rate_limit`: name the endpoint id of a path operation.
 
-Neither decides anything: the middleware that `Sentinel.init_app` installs finds their
-ids on the resolved route (the handler's, and every dependency's in its tree) and
-admits the request once for all of them (SPEC §5). The wrapper only makes sure that
+Neither decides anything: the guard that `Sentinel.init_app` puts on the route finds
+their ids on it (the handler's, and every dependency's in its tree) and admits the
+request once for all of them (SPEC §5). The wrapper only makes sure that
 happened, so a route served without Sentinel fails instead of running unguarded.
 
 FastAPI builds a route's parameters, dependencies, response model and docs from the
@@ -38,7 +38,7 @@ def rate_limited(endpoint_id: str) -> Callable[[F], F]:
 
     Apply it under ``@app.get(...)`` / ``@router.post(...)``, on a sync or async
     handler; the handler needs no ``request`` parameter. The decorator only names
-    the id: the middleware of ``sentinel.init_app(app)`` admits the request, so it
+    the id: the route guard of ``sentinel.init_app(app)`` admits the request, so it
     can be used before the app is configured; startup checks that ``endpoint_id``
     names a policy.
 
@@ -117,7 +117,7 @@ def rate_limit(endpoint_id: str) -> Callable[[Request], None]:
 
 
 def require_admitted(request: Request, endpoint_id: str) -> None:
-    """Raise unless the middleware admitted this request on ``endpoint_id``: failing the
+    """Raise unless Sentinel admitted this request on ``endpoint_id``: failing the
     request beats serving it unguarded."""
     if endpoint_id not in request.scope.get(ADMITTED, ()):
         raise RuntimeError(

@@ -1,9 +1,10 @@
 """`Sentinel` for FastAPI: the core facade plus ``init_app``.
 
 ``init_app`` keeps nothing of the app on the Sentinel (one Sentinel may serve several
-apps): it puts the Sentinel on ``app.state``, installs the middleware through which
-every guarded request passes, wraps ``app.openapi``, and composes Sentinel's startup
-with the app's own lifespan instead of replacing it.
+apps): it puts the Sentinel on ``app.state``, installs the middleware that keeps the
+guards of the app's routes current (`_guard`: each guarded route admits its requests
+after Starlette's routing picked it), wraps ``app.openapi``, and composes Sentinel's
+startup with the app's own lifespan instead of replacing it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sentinel_core
 from sentinel_core import ConfigError, StartupError, UnknownEndpointError
 
 from ._decorator import STATE_ATTRIBUTE
+from ._guard import guard_routes
 from ._middleware import SentinelMiddleware
 from ._openapi import install_openapi
 from ._routes import RouteIndex, reset_route_index, route_index
@@ -94,7 +96,8 @@ class Sentinel(sentinel_core.Sentinel):
         return lifespan
 
     async def start_app(self, app: FastAPI) -> None:
-        """Sentinel's startup for ``app``: validate its guarded routes, then check Redis.
+        """Sentinel's startup for ``app``: validate its guarded routes and put their
+        guards on them, then check Redis.
 
         Raises:
             StartupError: an unknown endpoint id (naming the route and the id), a
@@ -102,7 +105,10 @@ class Sentinel(sentinel_core.Sentinel):
                 Redis unfit for Sentinel (the check's message).
         """
         reset_route_index(app)
-        self.validate_routes(route_index(app, self.route_table))
+        index, _ = route_index(app, self.route_table)
+        self.validate_routes(index)
+        if self.config.enabled:
+            guard_routes(app, self, index)
         await self.astartup()
 
     def validate_routes(self, index: RouteIndex) -> None:

@@ -1,12 +1,12 @@
 """The app's routes as Sentinel sees them: full templates, methods and guards.
 
-FastAPI resolves a request's route inside its router, after every middleware has run,
-and recent FastAPI no longer copies an included router's routes into ``app.routes``
-with their prefix: ``scope["route"]`` is then the router's own route, whose ``path``
-lacks the ``include_router`` prefix. So the adapter builds one index per
+Recent FastAPI no longer copies an included router's routes into ``app.routes`` with
+their prefix: the router serves them through the included router's own route objects,
+whose ``path`` lacks the ``include_router`` prefix. So the adapter builds one index per
 app of the routes with their full templates (``fastapi.routing.iter_route_contexts``
-where it exists, ``app.routes`` on older FastAPI) and resolves a request the way the
-router does: the first route whose ``matches(scope)`` is a full match.
+where it exists, ``app.routes`` on older FastAPI), each with the route object whose
+``handle`` the router calls for it, where `_guard` puts the route's guard. Requests
+are never resolved here: Starlette's router alone does that.
 """
 
 from __future__ import annotations
@@ -31,31 +31,40 @@ _STATE_KEY = "sentinel_route_index"
 
 
 @dataclass(frozen=True, slots=True)
+class Guarded:
+    """What one method of one route pays for: the compiled endpoints, and their ids
+    (what the request is recorded as admitted on)."""
+
+    endpoints: tuple[Endpoint, ...]
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RouteEntry:
-    """One route of the app, as the router resolves it.
+    """One route of the app, with its full template.
 
     ``template`` is the full path template as FastAPI spells it in OpenAPI
     (``/v1/items/{id}``) and ``path`` the same with its converters (``{id:int}``);
     ``decorated`` the endpoint ids of its ``@rate_limited`` handler and its
-    ``rate_limit`` dependencies (the router's included); ``exempt`` whether its handler
-    is marked ``@exempt`` (``routes["*"]`` passes it by).
+    ``rate_limit`` dependencies (the router's included); ``serving`` the route whose
+    ``handle`` the router calls (one route serves every inclusion of a router included
+    twice; ``matches`` tells them apart); ``exempt`` whether its handler is marked
+    ``@exempt`` (``routes["*"]`` passes it by).
     """
 
     template: str
     path: str
     methods: frozenset[str]
     decorated: tuple[str, ...]
-    route: BaseRoute
+    serving: BaseRoute
     matches: Callable[[Scope], tuple[Match, Scope]]
     exempt: bool = False
-    compiled: dict[str, tuple[Endpoint, ...]] = field(
-        default_factory=dict, compare=False, repr=False
-    )
-    """Method -> the compiled endpoints a request pays for, made at its first request."""
+    compiled: dict[str, Guarded] = field(default_factory=dict, compare=False, repr=False)
+    """Method -> what a request pays for, compiled at the route's first such request."""
 
 
 class RouteIndex:
-    """The routes of one app, in the router's order, for the middleware and startup."""
+    """The routes of one app, in the router's order, for the guards, startup and docs."""
 
     def __init__(self, entries: Sequence[RouteEntry], table: RouteTable, size: int) -> None:
         self.entries = tuple(entries)
@@ -84,7 +93,7 @@ class RouteIndex:
                     path=path,
                     methods=frozenset(getattr(context, "methods", None) or ()),
                     decorated=tuple(dict.fromkeys(decorated)),
-                    route=getattr(context, "original_route", context),
+                    serving=_serving_route(context),
                     matches=context.matches,
                     exempt=bool(getattr(endpoint, EXEMPT_ATTRIBUTE, False))
                     or path in documentation,
@@ -92,28 +101,27 @@ class RouteIndex:
             )
         return cls(entries, table, len(routes))
 
-    def resolve(self, scope: Scope) -> RouteEntry | None:
-        """The route the router will pick for ``scope``: the first full match."""
-        for entry in self.entries:
-            if entry.matches(scope)[0] is Match.FULL:
-                return entry
-        return None
-
     def charged(self, entry: RouteEntry, method: str) -> tuple[str, ...]:
         """The endpoint ids a ``method`` request to ``entry`` pays for (the core's rule)."""
         return self.table.charged(
             method, (entry.template, entry.path), entry.decorated, default=not entry.exempt
         )
 
-    def endpoints(
+    def may_charge(self, entry: RouteEntry) -> bool:
+        """Whether some request to ``entry`` may pay for an endpoint: one of its methods
+        does, or it answers every method (a mount)."""
+        return not entry.methods or any(self.charged(entry, method) for method in entry.methods)
+
+    def compile(
         self, entry: RouteEntry, method: str, compile_id: Callable[[str], Endpoint]
-    ) -> tuple[Endpoint, ...]:
-        """`charged`, compiled with ``compile_id``, once per route and method."""
-        endpoints = entry.compiled.get(method)
-        if endpoints is None:
-            ids = self.charged(entry, method)
-            endpoints = entry.compiled[method] = tuple(map(compile_id, ids))
-        return endpoints
+    ) -> Guarded:
+        """`charged`, compiled with ``compile_id`` and kept in ``entry.compiled``: the
+        guard's first request to ``entry`` with ``method``. A method the route does
+        not answer pays nothing: the router picked the route for its 405."""
+        answered = not entry.methods or method in entry.methods
+        ids = self.charged(entry, method) if answered else ()
+        guarded = entry.compiled[method] = Guarded(tuple(map(compile_id, ids)), ids)
+        return guarded
 
     def unmatched(self) -> list[str]:
         """The ``routes`` keys that name no route of the app."""
@@ -125,14 +133,16 @@ class RouteIndex:
         return self.table.unmatched(answered)
 
 
-def route_index(app: Starlette, table: RouteTable) -> RouteIndex:
+def route_index(app: Starlette, table: RouteTable) -> tuple[RouteIndex, bool]:
     """The app's index, kept on ``app.state`` and rebuilt when routes were added since
-    (a route declared after startup is guarded like the others)."""
+    (a route declared after startup is guarded like the others); and whether it was
+    (re)built by this call."""
     index: RouteIndex | None = getattr(app.state, _STATE_KEY, None)
-    if index is None or index.size != len(app.routes):
-        index = RouteIndex.build(app.routes, table, documentation=_documentation_paths(app))
-        setattr(app.state, _STATE_KEY, index)
-    return index
+    if index is not None and index.size == len(app.routes):
+        return index, False
+    index = RouteIndex.build(app.routes, table, documentation=_documentation_paths(app))
+    setattr(app.state, _STATE_KEY, index)
+    return index, True
 
 
 def reset_route_index(app: Starlette) -> None:
@@ -160,6 +170,22 @@ def _dependency_ids(dependant: Any) -> tuple[str, ...]:
     for dependency in getattr(dependant, "dependencies", ()):
         ids += _endpoint_ids(dependency.call) + _dependency_ids(dependency)
     return ids
+
+
+def _serving_route(context: Any) -> BaseRoute:
+    """The route object whose ``handle`` the router calls for ``context``.
+
+    A FastAPI operation is always served by its own `APIRoute`, included or not; any
+    other route of an included router by the copy FastAPI made of it with the prefix,
+    which the context's ``handle`` belongs to (a plain route's is its own), unless
+    that ``handle`` is already a guard, which names the route it guards ``serving``.
+    """
+    original = getattr(context, "original_route", context)
+    if isinstance(original, fastapi.routing.APIRoute):
+        return original
+    handle = context.handle
+    route: BaseRoute = getattr(handle, "serving", None) or handle.__self__
+    return route
 
 
 def _contexts(routes: Sequence[BaseRoute]) -> Iterable[Any]:

@@ -17,7 +17,7 @@ from sentinel_core import Decision
 from sentinel_core.adapter import Cookie, Outcome, RequestView
 
 ADMITTED = "sentinel.admitted"
-"""The ASGI scope key where the middleware records the endpoint ids it admitted."""
+"""The ASGI scope key where the route guard records the endpoint ids it admitted."""
 
 
 def request_view(request: HTTPConnection, route: str | None) -> RequestView:
