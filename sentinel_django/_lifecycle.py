@@ -1,14 +1,16 @@
-"""The request lifecycle for Django, shared by the middleware and the decorator.
+"""The request lifecycle for Django, shared by the middleware, the decorator and the
+DRF throttle.
 
-Both ask the core which endpoint ids a request pays for, admit it once (a request
-already admitted on an id is never charged for it again), and complete the admission
+Each admits the request on what it pays for, compiled once (`Charged`: a route's, a
+decorator's, a throttle's), and never twice on one id; the admissions are completed
 with the final status: at once for a built response, when its body is done for a
-streaming one, and as a 500 when the view raised.
+streaming one, and as a 500 when the view raised. What Sentinel keeps on a request is
+one `Passage` object, made by the middleware or at the first admission.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from django.http import (  # type: ignore[import-untyped]
@@ -17,184 +19,225 @@ from django.http import (  # type: ignore[import-untyped]
     StreamingHttpResponse,
 )
 
-from sentinel_core.adapter import CANCELLED, SERVER_ERROR, Admission, Outcome, ametered, metered
+from sentinel_core.adapter import (
+    CANCELLED,
+    SERVER_ERROR,
+    Admission,
+    Outcome,
+    RequestView,
+    ametered,
+    metered,
+)
 
-from . import conf
+from ._runtime import Charged, Runtime, charging
 from ._translate import arendered_denial, decorate, rendered_denial, request_view
 from .request_log import mark_denied
 
-_ADMITTED = "_sentinel_admitted"
-"""On the request: the endpoint ids it was admitted on."""
-_ADMISSIONS = "_sentinel_admissions"
-"""On the request: its admissions still to complete."""
 OK = 200
-_MIDDLEWARE = "_sentinel_middleware"
-"""On the request: the middleware will finish it (a decorator leaves that to it)."""
+_PASSAGE = "_sentinel_passage"
+"""On the request: its `Passage`."""
 
 
-_REFUSAL = "_sentinel_refusal"
-"""On the request: Sentinel's answer to a request another layer refused for it (a DRF
-throttle), which the middleware sends instead of that layer's own."""
+class Passage:
+    """What Sentinel keeps on one request while it passes through."""
+
+    __slots__ = ("admissions", "admitted", "middleware", "refusal", "view")
+
+    def __init__(self, middleware: bool) -> None:
+        self.middleware = middleware
+        """The middleware will finish the request (a decorator leaves that to it)."""
+        self.view: RequestView | None = None
+        """The request as the core sees it, made at its first admission."""
+        self.admitted: tuple[str, ...] = ()
+        """The endpoint ids the request was admitted on."""
+        self.admissions: list[Admission] = []
+        """Its admissions still to complete."""
+        self.refusal: HttpResponseBase | None = None
+        """Sentinel's answer to a request another layer refused for it (a DRF throttle),
+        which the middleware sends instead of that layer's own."""
+
+    def answer(self, response: HttpResponseBase) -> HttpResponseBase:
+        """The response the middleware sends: Sentinel's own refusal when one was made."""
+        return response if self.refusal is None else self.refusal
 
 
-def enter_middleware(request: HttpRequest) -> None:
-    setattr(request, _MIDDLEWARE, True)
+def enter_middleware(request: HttpRequest) -> Passage:
+    passage = Passage(middleware=True)
+    setattr(request, _PASSAGE, passage)
+    return passage
 
 
-def in_middleware(request: HttpRequest) -> bool:
-    return bool(getattr(request, _MIDDLEWARE, False))
+def passage_of(request: HttpRequest) -> Passage:
+    """The request's `Passage`, made now if nothing made it yet."""
+    passage: Passage | None = getattr(request, _PASSAGE, None)
+    if passage is None:
+        passage = Passage(middleware=False)
+        setattr(request, _PASSAGE, passage)
+    return passage
 
 
-def refuse(request: HttpRequest, response: HttpResponseBase) -> None:
-    setattr(request, _REFUSAL, response)
+def unpaid(passage: Passage, charged: Charged) -> Charged:
+    """What of ``charged`` the request has not been admitted on yet."""
+    admitted = passage.admitted
+    if not admitted:
+        return charged
+    return charging(e for e in charged.endpoints if e.endpoint_id not in admitted)
 
 
-def refusal(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
-    """The response to send: Sentinel's own refusal when one was recorded."""
-    recorded: HttpResponseBase | None = getattr(request, _REFUSAL, None)
-    return response if recorded is None else recorded
-
-
-def unpaid(request: HttpRequest, endpoint_ids: Iterable[str]) -> tuple[str, ...]:
-    """The ids of ``endpoint_ids`` this request has not been admitted on yet."""
-    admitted = getattr(request, _ADMITTED, ())
-    return tuple(endpoint_id for endpoint_id in endpoint_ids if endpoint_id not in admitted)
-
-
-def route_ids(
-    request: HttpRequest, decorated: Sequence[str], default: bool = True, any_method: bool = False
-) -> tuple[str, ...]:
-    """The ids the request pays for: its view's decorators' and its ``routes`` entry's,
-    or ``routes["*"]``'s when neither names one and ``default`` allows it. A view that
-    answers ``any_method`` (a function view) pays every entry of its route for a
-    method none of them names."""
-    view = request_view(request)
-    table = conf.runtime().sentinel.route_table
-    return table.charged(
-        view.method, (view.route,), decorated, default=default, any_method=any_method
-    )
-
-
-def admit(request: HttpRequest, endpoint_ids: Sequence[str]) -> HttpResponseBase | None:
-    """Admit ``request``: the denial response, or None (the admission waits on the
-    request for `finish`). With ``enabled = false``, None at once: nothing is decided."""
-    runtime = conf.runtime()
-    if not runtime.sentinel.config.enabled:
-        return None
-    runtime.ensure_started()
-    admission = runtime.sentinel.admit(request_view(request), endpoint_ids)
-    denied = _settle(request, endpoint_ids, admission)
+def admit(request: HttpRequest, runtime: Runtime, charged: Charged) -> HttpResponseBase | None:
+    """Admit ``request`` on ``charged`` (something, and nothing it was admitted on): the
+    denial response, or None (the admission waits on the request's passage for `finish`).
+    ``enabled`` is true: its callers serve the request untouched otherwise."""
+    if not runtime.started:
+        runtime.ensure_started()
+    passage = passage_of(request)
+    admission = runtime.sentinel.admit(_view(request, passage), charged.endpoints)
+    denied = _settle(request, passage, charged, admission)
     return None if denied is None else rendered_denial(runtime.denial_view, request, denied)
 
 
-async def aadmit(request: HttpRequest, endpoint_ids: Sequence[str]) -> HttpResponseBase | None:
+async def aadmit(
+    request: HttpRequest, runtime: Runtime, charged: Charged
+) -> HttpResponseBase | None:
     """`admit` for async views and the async middleware."""
-    runtime = conf.runtime()
-    if not runtime.sentinel.config.enabled:
-        return None
-    await runtime.aensure_started()
-    await runtime.aidentify(request, endpoint_ids)
-    admission = await runtime.sentinel.aadmit(request_view(request), endpoint_ids)
-    denied = _settle(request, endpoint_ids, admission)
+    if not runtime.started:
+        await runtime.aensure_started()
+    if charged.names_user:
+        await runtime.aidentify(request)
+    passage = passage_of(request)
+    admission = await runtime.sentinel.aadmit(_view(request, passage), charged.endpoints)
+    denied = _settle(request, passage, charged, admission)
     if denied is None:
         return None
     return await arendered_denial(runtime.denial_view, request, denied)
 
 
-def finish(request: HttpRequest, response: HttpResponseBase) -> None:
+def _view(request: HttpRequest, passage: Passage) -> RequestView:
+    """The request as the core sees it: made once, whoever admits it how often."""
+    view = passage.view
+    if view is None:
+        view = passage.view = request_view(request)
+    return view
+
+
+def finish(passage: Passage, response: HttpResponseBase) -> None:
     """Add the request's admissions' fields to ``response`` and complete them: now, or
     when a streaming body is done."""
-    for admission in _decorate(request, response):
+    for admission in _decorate(passage, response):
         admission.complete(response.status_code)
 
 
-async def afinish(request: HttpRequest, response: HttpResponseBase) -> None:
+async def afinish(passage: Passage, response: HttpResponseBase) -> None:
     """`finish` on the event loop."""
-    for admission in _decorate(request, response):
+    for admission in _decorate(passage, response):
         await admission.acomplete(response.status_code)
 
 
-def settle(request: HttpRequest, status: int) -> None:
+def settle(passage: Passage, status: int) -> None:
     """Complete the request's admissions with ``status`` and no response to decorate:
     500 when the view raised, 200 when it returned something not a response."""
-    for admission in _take(request):
+    for admission in _take(passage):
         admission.complete(status)
 
 
-async def asettle(request: HttpRequest, status: int) -> None:
+async def asettle(passage: Passage, status: int) -> None:
     """`settle` on the event loop."""
-    for admission in _take(request):
+    for admission in _take(passage):
         await admission.acomplete(status)
 
 
-def _take(request: HttpRequest) -> list[Admission]:
+def _take(passage: Passage) -> list[Admission]:
     """The request's admissions, forgotten with what it was admitted on: the request's
-    passage is over."""
-    admissions: list[Admission] = getattr(request, _ADMISSIONS, [])
-    setattr(request, _ADMISSIONS, [])
-    setattr(request, _ADMITTED, ())
+    passage is over. Its view goes too: it holds the request (``native``), and a request
+    that holds it back could only be freed by the garbage collector."""
+    admissions = passage.admissions
+    passage.admissions, passage.admitted, passage.view = [], (), None
     return admissions
 
 
-def _decorate(request: HttpRequest, response: HttpResponseBase) -> list[Admission]:
+def _decorate(passage: Passage, response: HttpResponseBase) -> list[Admission]:
     """Decorate ``response``; the admissions to complete now (none when the response
     streams: they complete when its body is done)."""
-    admissions = _take(request)
-    status = response.status_code
+    admissions = _take(passage)
+    if not admissions:
+        return admissions
     decorate(response, admissions)
-    if not isinstance(response, StreamingHttpResponse) or not admissions:
+    if not isinstance(response, StreamingHttpResponse):
         return admissions
     wrapper = _ACompleteAfter if response.is_async else _CompleteAfter
-    response.streaming_content = wrapper(response.streaming_content, admissions, status)
+    response.streaming_content = wrapper(
+        response.streaming_content, admissions, response.status_code
+    )
     return []
 
 
-def serve(request: HttpRequest, endpoint_ids: Sequence[str], view: Callable[[], Any]) -> Any:
+def serve(
+    request: HttpRequest,
+    runtime: Runtime,
+    charged: Charged,
+    view: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
     """The lifecycle around a view called by a decorator; the middleware, when it is
     installed, finishes the request (and converts an exception into a 500) itself."""
-    refused = admit(request, endpoint_ids)
-    if refused is not None or in_middleware(request):
-        return view() if refused is None else refused
+    passage = passage_of(request)
+    charged = unpaid(passage, charged)
+    refused = admit(request, runtime, charged) if charged.endpoints else None
+    if refused is not None:
+        return refused
+    if passage.middleware:
+        return view(*args, **kwargs)
     try:
-        response = view()
+        response = view(*args, **kwargs)
     except BaseException:
-        settle(request, SERVER_ERROR)
+        settle(passage, SERVER_ERROR)
         raise
     if isinstance(response, HttpResponseBase):
-        finish(request, response)
+        finish(passage, response)
     else:
-        settle(request, OK)
+        settle(passage, OK)
     return response
 
 
 async def aserve(
-    request: HttpRequest, endpoint_ids: Sequence[str], view: Callable[[], Awaitable[Any]]
+    request: HttpRequest,
+    runtime: Runtime,
+    charged: Charged,
+    view: Callable[..., Awaitable[Any]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> Any:
     """`serve` for async views."""
-    refused = await aadmit(request, endpoint_ids)
-    if refused is not None or in_middleware(request):
-        return await view() if refused is None else refused
+    passage = passage_of(request)
+    charged = unpaid(passage, charged)
+    refused = await aadmit(request, runtime, charged) if charged.endpoints else None
+    if refused is not None:
+        return refused
+    if passage.middleware:
+        return await view(*args, **kwargs)
     try:
-        response = await view()
+        response = await view(*args, **kwargs)
     except BaseException:
-        await asettle(request, SERVER_ERROR)
+        await asettle(passage, SERVER_ERROR)
         raise
     if isinstance(response, HttpResponseBase):
-        await afinish(request, response)
+        await afinish(passage, response)
     else:
-        await asettle(request, OK)
+        await asettle(passage, OK)
     return response
 
 
 def _settle(
-    request: HttpRequest, endpoint_ids: Sequence[str], admission: Admission
+    request: HttpRequest, passage: Passage, charged: Charged, admission: Admission
 ) -> Outcome | None:
     """The admission's denial, or None once the request is recorded as admitted."""
     if admission.denial is not None:
+        passage.view = None  # no admission follows a refusal (see `_take`)
         mark_denied(request, admission.denial)
         return admission.denial
-    setattr(request, _ADMITTED, (*getattr(request, _ADMITTED, ()), *endpoint_ids))
-    setattr(request, _ADMISSIONS, [*getattr(request, _ADMISSIONS, []), admission])
+    passage.admitted += charged.ids
+    passage.admissions.append(admission)
     return None
 
 

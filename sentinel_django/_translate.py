@@ -32,11 +32,13 @@ class MetaHeaders(Mapping[str, str]):
         self._meta = meta
 
     def __getitem__(self, name: str) -> str:
-        key = name.upper().replace("-", "_")
-        if key not in HttpHeaders.UNPREFIXED_HEADERS:
-            key = HttpHeaders.HTTP_PREFIX + key
-        value: str = self._meta[key]
+        value: str = self._meta[_meta_key(name)]
         return value
+
+    def get(self, name: str, default: Any = None) -> Any:
+        # Mapping.get would go through __getitem__ and a KeyError: this is the lookup
+        # the core makes on every request.
+        return self._meta.get(_meta_key(name), default)
 
     def __iter__(self) -> Iterator[str]:
         return iter(HttpHeaders(self._meta))
@@ -45,19 +47,49 @@ class MetaHeaders(Mapping[str, str]):
         return len(HttpHeaders(self._meta))
 
 
+def _meta_key(name: str) -> str:
+    key = name.upper().replace("-", "_")
+    return key if key in HttpHeaders.UNPREFIXED_HEADERS else HttpHeaders.HTTP_PREFIX + key
+
+
 def request_view(request: HttpRequest) -> RequestView:
     """What the core needs of ``request``; the peer is ``REMOTE_ADDR`` and nothing else
     (proxies' headers are ignored: trusting them is the deployment's business)."""
     match = request.resolver_match
-    route = None if match is None else "/" + match.route.lstrip("/")
+    meta = request.META
     return RequestView(
         method=request.method or "GET",
-        route=route,
-        headers=MetaHeaders(request.META),
-        cookies=request.COOKIES,
-        peer=request.META.get("REMOTE_ADDR"),
+        route=None if match is None else route_of(match.route),
+        headers=MetaHeaders(meta),
+        cookies=LazyCookies(request),
+        peer=meta.get("REMOTE_ADDR"),
         native=request,
     )
+
+
+def route_of(template: str) -> str:
+    """A resolved route template (``match.route``, ``"v1/items/<int:pk>"``) as the core
+    spells routes: ``"/v1/items/<int:pk>"``."""
+    return "/" + template.lstrip("/")
+
+
+class LazyCookies(Mapping[str, str]):
+    """The request's cookies, parsed only when read: tenant policies never read them."""
+
+    __slots__ = ("_request",)
+
+    def __init__(self, request: HttpRequest) -> None:
+        self._request = request
+
+    def __getitem__(self, name: str) -> str:
+        value: str = self._request.COOKIES[name]
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._request.COOKIES)
+
+    def __len__(self) -> int:
+        return len(self._request.COOKIES)
 
 
 def django_user(request: HttpRequest) -> str | None:
@@ -105,6 +137,8 @@ def find_request(args: tuple[Any, ...]) -> HttpRequest:
     Raises:
         TypeError: no argument is a request (the decorator is on something not a view).
     """
+    if args and isinstance(args[0], HttpRequest):  # a function view's: the usual case
+        return args[0]
     for arg in args[:2]:
         native = getattr(arg, "_request", arg)
         if isinstance(native, HttpRequest):
@@ -161,7 +195,8 @@ def decorate(response: HttpResponseBase, admissions: Sequence[Admission]) -> Non
     """Add the request's admissions' RateLimit fields and device cookie to the view's
     response."""
     headers, cookie = response_fields(admissions, response.status_code)
+    fields = response.headers  # one lookup: each `response[name] =` makes it again
     for name, value in headers:
-        response[name] = value
+        fields[name] = value
     if cookie is not None:
         response.set_cookie(**cookie.set_cookie_arguments())

@@ -1,7 +1,8 @@
 """``@rate_limited(endpoint_id)`` for function, class-based and async views.
 
 The decorator finds the Sentinel instance through the settings at request time, so it
-can decorate views before settings are configured. Sync views are guarded with the
+can decorate views before settings are configured, and keeps its endpoint compiled for
+that instance (compiled again only when the settings build another). Sync views are guarded with the
 blocking Redis store and async views with the asyncio store: no ``async_to_sync``
 round trip on the hot path. The endpoint ids are recorded on the decorated view
 (``sentinel_endpoints``) so that the system checks can find them by walking the URL
@@ -17,7 +18,9 @@ from typing import Any, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction
 
-from ._lifecycle import aserve, serve, unpaid
+from . import conf
+from ._lifecycle import aserve, serve
+from ._runtime import Charged, Runtime
 from ._translate import find_request
 
 ENDPOINTS_ATTR = "sentinel_endpoints"
@@ -149,19 +152,42 @@ def _view_class_is_async(cls: type) -> bool:
     return bool(getattr(cls, "view_is_async", False))
 
 
+class _Guard:
+    """One ``@rate_limited(endpoint_id)``: its id, compiled for the current `Runtime`."""
+
+    __slots__ = ("_compiled", "endpoint_id")
+
+    def __init__(self, endpoint_id: str) -> None:
+        self.endpoint_id = endpoint_id
+        self._compiled: tuple[Runtime | None, Charged | None] = (None, None)
+
+    def charged(self, runtime: Runtime) -> Charged:
+        """What a request pays for: compiled at the first request `runtime` serves
+        (one tuple, read and replaced whole, so threads never see half of it)."""
+        owner, charged = self._compiled
+        if owner is not runtime or charged is None:
+            charged = runtime.compile((self.endpoint_id,))
+            self._compiled = (runtime, charged)
+        return charged
+
+
 def _sync_view(view: Callable[..., Any], endpoint_id: str) -> Callable[..., Any]:
+    guard = _Guard(endpoint_id)
+
     @functools.wraps(view)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        return _call(view, endpoint_id, args, kwargs)
+        return _call(view, guard, args, kwargs)
 
     _record(guarded, view, endpoint_id)
     return guarded
 
 
 def _async_view(view: Callable[..., Any], endpoint_id: str) -> Callable[..., Any]:
+    guard = _Guard(endpoint_id)
+
     @functools.wraps(view)
     async def guarded(*args: Any, **kwargs: Any) -> Any:
-        return await _acall(view, endpoint_id, args, kwargs)
+        return await _acall(view, guard, args, kwargs)
 
     _record(guarded, view, endpoint_id)
     return guarded
@@ -173,12 +199,13 @@ def _guard_class(cls: type, endpoint_id: str) -> type:
     dispatch = getattr(cls, "dispatch", None)
     if not callable(dispatch):
         raise TypeError(f"@rate_limited({endpoint_id!r}): {cls.__name__} has no dispatch()")
+    guard = _Guard(endpoint_id)
 
     @functools.wraps(dispatch)
     def guarded_dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
         if _view_class_is_async(type(self)):
-            return _acall(dispatch, endpoint_id, (self, *args), kwargs)
-        return _call(dispatch, endpoint_id, (self, *args), kwargs)
+            return _acall(dispatch, guard, (self, *args), kwargs)
+        return _call(dispatch, guard, (self, *args), kwargs)
 
     _record(guarded_dispatch, dispatch, endpoint_id)
     cls.dispatch = guarded_dispatch  # type: ignore[attr-defined]
@@ -187,17 +214,23 @@ def _guard_class(cls: type, endpoint_id: str) -> type:
 
 
 def _call(
-    view: Callable[..., Any], endpoint_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    view: Callable[..., Any], guard: _Guard, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     request = find_request(args)
-    return serve(request, unpaid(request, (endpoint_id,)), lambda: view(*args, **kwargs))
+    runtime = conf.runtime()
+    if not runtime.enabled:  # SPEC §2: served untouched
+        return view(*args, **kwargs)
+    return serve(request, runtime, guard.charged(runtime), view, args, kwargs)
 
 
 async def _acall(
     view: Callable[..., Awaitable[Any]],
-    endpoint_id: str,
+    guard: _Guard,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
     request = find_request(args)
-    return await aserve(request, unpaid(request, (endpoint_id,)), lambda: view(*args, **kwargs))
+    runtime = conf.runtime()
+    if not runtime.enabled:
+        return await view(*args, **kwargs)
+    return await aserve(request, runtime, guard.charged(runtime), view, args, kwargs)

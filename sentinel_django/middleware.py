@@ -26,7 +26,9 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase  # type: ignore[import-untyped]
 
 from . import conf
-from ._lifecycle import aadmit, admit, afinish, enter_middleware, finish, refusal, route_ids
+from ._lifecycle import aadmit, admit, afinish, enter_middleware, finish
+from ._runtime import NOTHING, Charged, Runtime
+from ._translate import route_of
 from .decorators import answers_any_method, method_endpoints, takes_default
 
 GetResponse = Callable[[HttpRequest], Any]
@@ -59,16 +61,16 @@ class SentinelMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
             return self.__acall__(request)
-        enter_middleware(request)
-        response = refusal(request, self.get_response(request))
-        finish(request, response)
+        passage = enter_middleware(request)
+        response = passage.answer(self.get_response(request))
+        finish(passage, response)
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         get_response: Callable[[HttpRequest], Awaitable[HttpResponseBase]] = self.get_response
-        enter_middleware(request)
-        response = refusal(request, await get_response(request))
-        await afinish(request, response)
+        passage = enter_middleware(request)
+        response = passage.answer(await get_response(request))
+        await afinish(passage, response)
         return response
 
     def _process_view(
@@ -78,8 +80,11 @@ class SentinelMiddleware:
         view_args: tuple[Any, ...],
         view_kwargs: dict[str, Any],
     ) -> HttpResponseBase | None:
-        endpoint_ids = _charged(request, view_func)
-        return admit(request, endpoint_ids) if endpoint_ids else None
+        runtime = conf.runtime()
+        if not runtime.enabled:  # SPEC §2: served untouched
+            return None
+        charged = _charged(runtime, request, view_func)
+        return admit(request, runtime, charged) if charged.endpoints else None
 
     async def _aprocess_view(
         self,
@@ -88,22 +93,29 @@ class SentinelMiddleware:
         view_args: tuple[Any, ...],
         view_kwargs: dict[str, Any],
     ) -> HttpResponseBase | None:
-        endpoint_ids = _charged(request, view_func)
-        return await aadmit(request, endpoint_ids) if endpoint_ids else None
+        runtime = conf.runtime()
+        if not runtime.enabled:
+            return None
+        charged = _charged(runtime, request, view_func)
+        return await aadmit(request, runtime, charged) if charged.endpoints else None
 
 
-def _charged(request: HttpRequest, view_func: Callable[..., Any]) -> tuple[str, ...]:
-    """The endpoint ids a request pays for, worked out once per resolved route, view and
-    method (they depend on nothing else)."""
+def _charged(runtime: Runtime, request: HttpRequest, view_func: Callable[..., Any]) -> Charged:
+    """What a request pays for, compiled once per resolved route, view and method (it
+    depends on nothing else)."""
     match = request.resolver_match
     if match is None:
-        return ()
+        return NOTHING
     method = request.method or "GET"
-    routes = conf.runtime().routes
     key = (match.route, view_func, method)
-    ids = routes.get(key)
-    if ids is None:
-        decorated = method_endpoints(view_func, method)
-        default, any_method = takes_default(view_func), answers_any_method(view_func)
-        ids = routes[key] = route_ids(request, decorated, default, any_method)
-    return ids
+    charged = runtime.routes.get(key)
+    if charged is None:
+        ids = runtime.sentinel.route_table.charged(
+            method,
+            (route_of(match.route),),
+            method_endpoints(view_func, method),
+            default=takes_default(view_func),
+            any_method=answers_any_method(view_func),
+        )
+        charged = runtime.routes[key] = runtime.compile(ids)
+    return charged

@@ -21,7 +21,8 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped]
 from rest_framework.throttling import BaseThrottle  # type: ignore[import-untyped]
 
-from ._lifecycle import admit, in_middleware, refuse, unpaid
+from . import conf
+from ._lifecycle import admit, passage_of, unpaid
 from ._translate import DRF_AUTHENTICATED
 
 
@@ -38,18 +39,22 @@ class SentinelThrottle(BaseThrottle):  # type: ignore[misc]
                 f"{type(view).__name__}: SentinelThrottle needs a sentinel_endpoint attribute"
             )
         native = request._request
-        if not in_middleware(native):
+        passage = passage_of(native)
+        if not passage.middleware:
             raise ImproperlyConfigured(
                 "SentinelThrottle needs sentinel_django.middleware.SentinelMiddleware"
             )
         setattr(native, DRF_AUTHENTICATED, True)  # request.user is DRF's user now
-        endpoint_ids = unpaid(native, (endpoint_id,))
-        refused = admit(native, endpoint_ids) if endpoint_ids else None
+        runtime = conf.runtime()
+        if not runtime.enabled:  # SPEC §2: served untouched
+            return True
+        charged = unpaid(passage, runtime.throttled(type(view), endpoint_id))
+        refused = admit(native, runtime, charged) if charged.endpoints else None
         if refused is None:
             return True
         retry_after = refused.get("Retry-After")
         self._wait = float(retry_after) if retry_after is not None else None
-        refuse(native, refused)
+        passage.refusal = refused
         return False
 
     def wait(self) -> float | None:

@@ -49,6 +49,18 @@ def test_a_route_and_the_throttle_naming_one_id_charge_it_once(configure: Config
     assert response["RateLimit"].startswith('"pdftalk.ingest";r=2;')
 
 
+def test_a_route_and_the_throttle_naming_two_ids_charge_both(configure: Configure) -> None:
+    """The middleware admits the route's id, the throttle its own on the same request."""
+    configure(routes={"POST export": "resumint.tailor"})
+    with override_settings(ROOT_URLCONF="djproject.drf_urls"):
+        responses = [Client().post("/export", headers=AUTH) for _ in range(2)]
+
+    assert [r.status_code for r in responses] == [200, 200]
+    assert responses[0]["RateLimit"].startswith('"resumint.tailor";r=2;')
+    assert '"pdftalk.ingest";r=2;' in responses[0]["RateLimit"]
+    assert '"pdftalk.ingest";r=1;' in responses[1]["RateLimit"]
+
+
 @pytest.mark.usefixtures("drf")
 def test_a_throttled_view_without_sentinel_endpoint_is_a_configuration_error() -> None:
     with pytest.raises(ImproperlyConfigured, match="sentinel_endpoint"):

@@ -5,14 +5,19 @@ closer's invariant."""
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.http import HttpRequest, JsonResponse
 from django.test import Client, RequestFactory
+from django.urls import resolve
 from django.utils.decorators import decorator_from_middleware
 from django_harness import Configure, LoopRunner, PeerAsyncClient
+from djproject import views
 
 from sentinel_django import _loops, rate_limited
 from sentinel_django.middleware import SentinelMiddleware
@@ -118,6 +123,44 @@ async def test_an_async_view_returning_no_response_gets_its_value_back_and_is_li
 
     assert results[:3] == ["payload"] * 3
     assert results[3].status_code == 429
+
+
+def _through_the_middleware(request: HttpRequest) -> Any:
+    def handler(request: HttpRequest) -> Any:
+        match = request.resolver_match
+        return middleware.process_view(request, match.func, (), match.kwargs) or match.func(
+            request, **match.kwargs
+        )
+
+    middleware = SentinelMiddleware(handler)
+    request.resolver_match = resolve(request.path)
+    return middleware(request)
+
+
+@pytest.mark.parametrize("requests", [1, 4], ids=["admitted", "refused"])
+@pytest.mark.parametrize(
+    "serve", [views.ingest, _through_the_middleware], ids=["decorator", "middleware"]
+)
+def test_a_request_is_freed_as_soon_as_nothing_refers_to_it(
+    configure: Configure, requests: int, serve: Callable[[HttpRequest], Any]
+) -> None:
+    """Nothing Sentinel keeps on a request refers back to it once its passage is over,
+    so a flood of requests never waits on the garbage collector to be freed."""
+    configure(redis_url="memory://")
+    freed = []
+    gc.disable()
+    try:
+        for _ in range(requests):
+            request = RequestFactory().post("/items/1", headers={"Authorization": AUTH})
+            status = serve(request).status_code
+            freed.append(weakref.ref(request))
+            del request
+        alive = [ref() is not None for ref in freed]
+    finally:
+        gc.enable()
+
+    assert status == (200 if requests == 1 else 429)
+    assert alive == [False] * requests
 
 
 class _Suspend:

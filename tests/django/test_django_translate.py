@@ -41,3 +41,14 @@ def test_request_view_takes_the_peer_from_remote_addr_only() -> None:
     assert view.peer == "192.0.2.1"
     assert view.method == "GET"
     assert view.route is None  # not resolved: a decorator outside the URLconf
+
+
+def test_request_view_parses_the_cookies_only_when_they_are_read() -> None:
+    request = RequestFactory().get("/x", headers={"Cookie": "sentinel_device=abc; theme=dark"})
+    view = request_view(request)
+
+    assert "COOKIES" not in vars(request)  # Django's cached_property: not parsed yet
+    assert view.cookies.get("sentinel_device") == "abc"
+    assert view.cookies.get("missing") is None
+    assert dict(view.cookies) == request.COOKIES
+    assert len(view.cookies) == 2
