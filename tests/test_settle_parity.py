@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from sentinel_core._models import MICRO, Algorithm, Rate
@@ -178,6 +178,7 @@ def test_sliding_window_settlements_match_the_reference(
     period=st.sampled_from([-1, 0, 1]),
     garbage=st.one_of(st.none(), st.sampled_from(["", "x:1", "3:", "WRONG_TYPE"])),
 )
+@example(limit=1, delta=1, count=0, period=0, garbage="WRONG_TYPE")  # on every run
 def test_quota_settlements_match_the_reference(
     store: RedisStore,
     client: redis.Redis,
