@@ -467,6 +467,14 @@ def test_every_endpoint_has_its_allowed_series_from_the_start(registry: Collecto
     assert decisions(registry, "api.ingest", "allowed", "true") == 1
 
 
+def test_an_allowed_decision_no_start_up_bound_is_counted_too(registry: CollectorRegistry) -> None:
+    """A metrics plugin no Sentinel started (registered by hand) makes the series of an
+    allowed decision when it first sees one."""
+    decision = memory_sentinel(CollectorRegistry()).evaluate("api.ingest", "acme")
+    MetricsPlugin(registry).sentinel_decision(decision=decision, request=None)
+    assert decisions(registry, "api.ingest", "allowed", "true") == 1
+
+
 WORKER = """
 import sys
 from sentinel_core import Sentinel
