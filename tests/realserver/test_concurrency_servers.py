@@ -205,10 +205,16 @@ def test_exactly_limit_handlers_run_at_once_under_200_concurrent_slow_requests(
         redis_server.client().flushall()
         url = redis_server.url
     running = stack(url, limit=5)
-    statuses = asyncio.run(fire(running.server.url, "/slow?ms=1500", 200))
-    assert set(statuses) <= {200, 429}, (statuses, failures(running.server.log()))
-    assert statuses[200] >= 5
-    assert int(running.overlap.get("most") or 0) == 5  # never more, and the limit was used
+    # Which worker accepts a connection is the kernel's choice: an asyncio worker may
+    # take a whole burst. The limit must hold across processes, so the bursts go on
+    # until at least two workers have served (rarely more than one burst).
+    for _ in range(5):
+        statuses = asyncio.run(fire(running.server.url, "/slow?ms=1500", 200))
+        assert set(statuses) <= {200, 429}, (statuses, failures(running.server.log()))
+        assert statuses[200] >= 5
+        assert int(running.overlap.get("most") or 0) == 5  # never more, and the limit was used
+        if len(set(running.overlap.lrange("pids", 0, -1))) >= 2:
+            break
     assert len(set(running.overlap.lrange("pids", 0, -1))) >= 2  # several workers served
     assert int(running.overlap.get("running") or 0) == 0
     assert running.in_flight() == 0  # every lease came back
