@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from flask import Flask, Request, Response, current_app, request
+from werkzeug.routing import Rule
 
 import sentinel_core
 from sentinel_core import ConfigError, SentinelError
@@ -51,6 +52,7 @@ from ._config import config_source
 from ._decorator import EXEMPT_ATTRIBUTE, all_endpoints, handler_endpoints, is_exempt
 from ._guard import (
     EXTENSION_KEY,
+    Route,
     admit_request,
     complete,
     core_of,
@@ -117,7 +119,9 @@ class Sentinel:
         if _has_views(app):
             validate_app(app)
         # `enabled = false`: a pass-through that decides nothing (no per-request check).
-        app.before_request(_AppHooks().before_request if core.config.enabled else pass_through)
+        app.before_request(
+            _AppHooks(app, core).before_request if core.config.enabled else pass_through
+        )
         app.after_request(finish_response)
         app.teardown_request(complete)
         app.cli.add_command(sentinel_commands(validate_app))
@@ -221,42 +225,51 @@ def _charged(
 class _AppHooks:
     """One app's ``before_request`` hook: the first-request validation and the
     admission. It lives on the app (registered as its hook), not on the extension, so
-    apps never share it."""
+    apps never share it; it holds the app and its core, which every request needs."""
 
-    def __init__(self) -> None:
+    def __init__(self, app: Flask, core: sentinel_core.Sentinel) -> None:
+        self._app = app
+        self._core = core
         # Views registered after init_app are first seen here, on the first request.
         self.validated = False
         self.unguardable: frozenset[str] = frozenset()
         """Flask endpoints whose views name an id no policy guards: they fail alone."""
         self._lock = threading.Lock()
-        self._routes: dict[tuple[str, str, str], tuple[Endpoint, ...]] = {}
-        """(view endpoint, rule, method) -> the compiled endpoints a request pays for,
-        worked out at a rule's first request (Flask adds no rule after that)."""
+        self._routes: dict[tuple[int, str], Route] = {}
+        """(``id`` of the URL rule, method) -> what a request pays for, worked out at
+        the rule's first request on that method (Flask adds no rule after that). Keyed
+        by the rule object, which Flask hands over already matched: no string is looked
+        up per request."""
 
     def before_request(self) -> Response | None:
         if not self.validated:
             self._validate_once()
-        # The proxies resolved once: each access through one costs a context lookup.
+        # The proxy resolved once: each access through it costs a context lookup.
         native = request._get_current_object()  # type: ignore[attr-defined]
         rule = native.url_rule
         if rule is None:
             # Routing failed (404, 405): not a route of the app, nothing to guard.
             return None
-        app = current_app._get_current_object()  # type: ignore[attr-defined]
-        core = core_of(app)
-        key = (rule.endpoint, rule.rule, native.method)
-        endpoints = self._routes.get(key)
-        if endpoints is None:
-            view = app.view_functions.get(rule.endpoint)
-            if rule.endpoint in self.unguardable:
-                _check_view(core, view)  # raises its error again: a 500, logged
-            endpoints = self._routes[key] = _charged(app, core, native, view)
-        return admit_request(app, core, native, endpoints) if endpoints else None
+        route = self._routes.get((id(rule), native.method))
+        if route is None:
+            route = self._route(native, rule)
+        if not route.endpoints:
+            return None
+        return admit_request(self._app, self._core, native, route)
+
+    def _route(self, native: Request, rule: Rule) -> Route:
+        app, core = self._app, self._core
+        view = app.view_functions.get(rule.endpoint)
+        if rule.endpoint in self.unguardable:
+            _check_view(core, view)  # raises its error again: a 500, logged
+        route = Route(rule, _charged(app, core, native, view))
+        self._routes[id(rule), native.method] = route
+        return route
 
     def _validate_once(self) -> None:
         with self._lock:
             if not self.validated:
-                app = current_app._get_current_object()  # type: ignore[attr-defined]
-                _check_routes(app, core_of(app))
-                self.unguardable = _unguardable_views(app, core_of(app))
+                app = self._app
+                _check_routes(app, self._core)
+                self.unguardable = _unguardable_views(app, self._core)
                 self.validated = True

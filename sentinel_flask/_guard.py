@@ -20,9 +20,8 @@ any server, so its completion would never come.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from flask import Flask, Request, Response, g
+from werkzeug.routing import Rule
 
 import sentinel_core
 from sentinel_core.adapter import PASS_THROUGH, SERVER_ERROR, Admission, Endpoint
@@ -58,40 +57,56 @@ def core_of(app: Flask) -> sentinel_core.Sentinel:
     return core
 
 
+class Route:
+    """What one URL rule pays for on one method, worked out at its first request."""
+
+    __slots__ = ("admitted", "endpoints", "rule", "template")
+
+    def __init__(self, rule: Rule, endpoints: tuple[Endpoint, ...]) -> None:
+        self.rule = rule
+        """The rule itself: kept alive, its ``id()`` is the table's key."""
+        self.template = rule.rule
+        self.endpoints = endpoints
+        self.admitted = tuple(endpoint.endpoint_id for endpoint in endpoints)
+        """The ids a request of this route is admitted on (what the decorators check)."""
+
+
 def admit_request(
-    app: Flask, core: sentinel_core.Sentinel, native: Request, endpoints: Sequence[Endpoint]
+    app: Flask, core: sentinel_core.Sentinel, native: Request, route: Route
 ) -> Response | None:
-    """Admit ``native``, the current request of ``app``, on ``endpoints``: the denial
-    response, or None (the admission waits on `flask.g` for `finish_response`).
+    """Admit ``native``, the current request of ``app``, on ``route``'s endpoints: the
+    denial response, or None (the admission waits on `flask.g` for `finish_response`).
 
     Raises:
         RateLimitExceeded, RateLimiterUnavailable: a policy denied the request; Flask
             hands it to the app's ``errorhandler(429)`` / ``(503)``, or answers the
             exception's own SPEC §4 response.
     """
-    admission = core.admit(request_view(native), endpoints)
+    admission = core.admit(request_view(native, route.template), route.endpoints)
+    # `flask.g` resolved once: each access through the proxy costs a context lookup.
+    state = g._get_current_object()
     denial = admission.denial
     if denial is not None:
         response = denial_response(app, denial)
         if denial.decision is None or not handles(app, denial.status):
             return response  # a 401 (no decision), or no handler of the app's would take it
-        setattr(g, _DENIAL, denial)
+        setattr(state, _DENIAL, denial)
         raise denial_error(denial.decision, response)
-    setattr(g, _ADMISSION, admission)
-    setattr(g, _ADMITTED, tuple(endpoint.endpoint_id for endpoint in endpoints))
+    setattr(state, _ADMISSION, admission)
+    setattr(state, _ADMITTED, route.admitted)
     return None
 
 
 def pass_through() -> None:
     """``before_request`` of an app whose Sentinel has ``enabled = false``: the request
     counts as admitted on every id, and nothing is decided."""
-    setattr(g, _ADMITTED, PASS_THROUGH)
+    setattr(g._get_current_object(), _ADMITTED, PASS_THROUGH)
 
 
 def require_admitted(endpoint_id: str) -> None:
     """Raise unless ``before_request`` admitted this request on ``endpoint_id``: failing
     the request beats serving it unguarded."""
-    if endpoint_id not in g.get(_ADMITTED, ()):
+    if endpoint_id not in g._get_current_object().get(_ADMITTED, ()):
         raise RuntimeError(
             f"sentinel_flask: {endpoint_id!r}: this request did not pass Sentinel; call "
             "Sentinel(app) or sentinel.init_app(app)"
@@ -101,25 +116,28 @@ def require_admitted(endpoint_id: str) -> None:
 def finish_response(response: Response) -> Response:
     """``after_request``: the admission's fields on ``response``, and its completion
     once the server closes the response."""
-    admission: Admission | None = g.get(_ADMISSION)
+    state = g._get_current_object()
+    admission: Admission | None = state.get(_ADMISSION)
     if admission is None:
-        denial = g.pop(_DENIAL, None)
+        denial = state.pop(_DENIAL, None)
         if denial is not None:
             add_denial_headers(response, denial)
         return response
     decorate_response(response, admission)
-    whole = "Content-Length" in response.headers or response.direct_passthrough
-    if response.is_streamed and not whole:
-        g.pop(_ADMISSION)
+    if response.is_streamed and not (
+        "Content-Length" in response.headers or response.direct_passthrough
+    ):
+        state.pop(_ADMISSION)
         response.call_on_close(lambda: admission.complete(response.status_code))
     else:
-        setattr(g, _STATUS, response.status_code)
+        setattr(state, _STATUS, response.status_code)
     return response
 
 
 def complete(error: BaseException | None) -> None:
     """``teardown_request``: complete the admission with the response's status, or as
     a 500 when the view's exception propagated (no response)."""
-    admission: Admission | None = g.pop(_ADMISSION, None)
+    state = g._get_current_object()
+    admission: Admission | None = state.pop(_ADMISSION, None)
     if admission is not None:
-        admission.complete(SERVER_ERROR if error is not None else g.get(_STATUS, SERVER_ERROR))
+        admission.complete(SERVER_ERROR if error is not None else state.get(_STATUS, SERVER_ERROR))
