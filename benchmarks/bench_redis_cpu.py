@@ -116,6 +116,10 @@ def bare(
     return run
 
 
+def bare_name(name: str) -> str:
+    return f"bare EVALSHA: {name} (one after another)"
+
+
 def script_time(client: redis.Redis) -> float:
     """Microseconds redis-server has spent in commands since the last CONFIG RESETSTAT
     (INFO commandstats), minus the INFO that asked for the CPU time."""
@@ -180,9 +184,7 @@ def measure(url: str, rounds: int, n: int) -> dict[str, list[tuple[float, float]
     }
     plain = redis.Redis.from_url(url)
     for index, (name, (source, args)) in enumerate(BARE.items()):
-        contenders[f"bare EVALSHA: {name} (one after another)"] = bare(
-            plain, source, args, str(index)
-        )
+        contenders[bare_name(name)] = bare(plain, source, args, str(index))
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in contenders}
     try:
         for run in contenders.values():  # warm-up: connections, scripts, buckets
@@ -208,11 +210,15 @@ def measure(url: str, rounds: int, n: int) -> dict[str, list[tuple[float, float]
 
 def report(results: dict[str, list[tuple[float, float]]], rounds: int, n: int) -> str:
     reference = statistics.median(cpu for cpu, _ in results[REFERENCE])
+    bare_reference = statistics.median(cpu for cpu, _ in results[bare_name(next(iter(BARE)))])
     rows = []
     for name, samples in results.items():
         cpu = statistics.median(cpu for cpu, _ in samples)
         in_commands = statistics.median(usec for _, usec in samples)
-        rows.append((name, cpu, min(cpu for cpu, _ in samples), cpu / reference, in_commands))
+        to_bare = f"{cpu / bare_reference:.2f}" if name.startswith("bare") else ""
+        rows.append(
+            (name, cpu, min(cpu for cpu, _ in samples), cpu / reference, to_bare, in_commands)
+        )
     return "\n\n".join(
         [
             f"Machine: {machine_note()}; {rounds} rounds of {n:,} decisions per contender.",
@@ -222,6 +228,7 @@ def report(results: dict[str, list[tuple[float, float]]], rounds: int, n: int) -
                     "Redis CPU µs / decision (median)",
                     "min",
                     "x limits fixed window",
+                    "x bare `limits` script",
                     "in commands µs (commandstats)",
                 ],
                 rows,
