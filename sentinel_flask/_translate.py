@@ -8,6 +8,7 @@ applies Werkzeug's ``ProxyFix``, which rewrites ``REMOTE_ADDR`` itself).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -48,6 +49,7 @@ class HeaderMapping(Mapping[str, str]):
         return len(EnvironHeaders(self._environ))
 
 
+@functools.lru_cache(maxsize=64)  # the few names the core and plugins read, per request
 def _environ_key(name: str) -> str:
     """Where WSGI puts header ``name`` (as `EnvironHeaders` reads it)."""
     key = name.upper().replace("-", "_")
