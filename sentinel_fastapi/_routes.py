@@ -184,7 +184,7 @@ def _serving_route(context: Any) -> BaseRoute:
     if isinstance(original, fastapi.routing.APIRoute):
         return original
     handle = context.handle
-    route: BaseRoute = getattr(handle, "serving", None) or handle.__self__
+    route: BaseRoute = getattr(handle, "serving", None) or getattr(handle, "__self__", original)
     return route
 
 
