@@ -84,40 +84,53 @@ def unpaid(passage: Passage, charged: Charged) -> Charged:
     return charging(e for e in charged.endpoints if e.endpoint_id not in admitted)
 
 
-def admit(request: HttpRequest, runtime: Runtime, charged: Charged) -> HttpResponseBase | None:
+def admit(
+    request: HttpRequest, passage: Passage, runtime: Runtime, charged: Charged
+) -> HttpResponseBase | None:
     """Admit ``request`` on ``charged`` (something, and nothing it was admitted on): the
     denial response, or None (the admission waits on the request's passage for `finish`).
     ``enabled`` is true: its callers serve the request untouched otherwise."""
     if not runtime.started:
         runtime.ensure_started()
-    passage = passage_of(request)
-    admission = runtime.sentinel.admit(_view(request, passage), charged.endpoints)
-    denied = _settle(request, passage, charged, admission)
-    return None if denied is None else rendered_denial(runtime.denial_view, request, denied)
+    # A RequestView is always true: the request's first admission makes it.
+    view = passage.view or _first_view(request, passage)
+    admission = runtime.sentinel.admit(view, charged.endpoints)
+    if admission.denial is None:
+        passage.admitted += charged.ids
+        passage.admissions.append(admission)
+        return None
+    denial = _denied(request, passage, admission.denial)
+    return rendered_denial(runtime.denial_view, request, denial)
 
 
 async def aadmit(
-    request: HttpRequest, runtime: Runtime, charged: Charged
+    request: HttpRequest, passage: Passage, runtime: Runtime, charged: Charged
 ) -> HttpResponseBase | None:
     """`admit` for async views and the async middleware."""
     if not runtime.started:
         await runtime.aensure_started()
     if charged.names_user:
         await runtime.aidentify(request)
-    passage = passage_of(request)
-    admission = await runtime.sentinel.aadmit(_view(request, passage), charged.endpoints)
-    denied = _settle(request, passage, charged, admission)
-    if denied is None:
+    view = passage.view or _first_view(request, passage)
+    admission = await runtime.sentinel.aadmit(view, charged.endpoints)
+    if admission.denial is None:
+        passage.admitted += charged.ids
+        passage.admissions.append(admission)
         return None
-    return await arendered_denial(runtime.denial_view, request, denied)
+    denial = _denied(request, passage, admission.denial)
+    return await arendered_denial(runtime.denial_view, request, denial)
 
 
-def _view(request: HttpRequest, passage: Passage) -> RequestView:
-    """The request as the core sees it: made once, whoever admits it how often."""
-    view = passage.view
-    if view is None:
-        view = passage.view = request_view(request)
+def _first_view(request: HttpRequest, passage: Passage) -> RequestView:
+    """The request as the core sees it, made at its first admission for every other."""
+    view = passage.view = request_view(request)
     return view
+
+
+def _denied(request: HttpRequest, passage: Passage, denial: Outcome) -> Outcome:
+    passage.view = None  # no admission follows a refusal (see `_take`)
+    mark_denied(request, denial)
+    return denial
 
 
 def finish(passage: Passage, response: HttpResponseBase) -> None:
@@ -159,8 +172,6 @@ def _decorate(passage: Passage, response: HttpResponseBase) -> list[Admission]:
     """Decorate ``response``; the admissions to complete now (none when the response
     streams: they complete when its body is done)."""
     admissions = _take(passage)
-    if not admissions:
-        return admissions
     decorate(response, admissions)
     if not isinstance(response, StreamingHttpResponse):
         return admissions
@@ -183,7 +194,7 @@ def serve(
     installed, finishes the request (and converts an exception into a 500) itself."""
     passage = passage_of(request)
     charged = unpaid(passage, charged)
-    refused = admit(request, runtime, charged) if charged.endpoints else None
+    refused = admit(request, passage, runtime, charged) if charged.endpoints else None
     if refused is not None:
         return refused
     if passage.middleware:
@@ -211,7 +222,7 @@ async def aserve(
     """`serve` for async views."""
     passage = passage_of(request)
     charged = unpaid(passage, charged)
-    refused = await aadmit(request, runtime, charged) if charged.endpoints else None
+    refused = await aadmit(request, passage, runtime, charged) if charged.endpoints else None
     if refused is not None:
         return refused
     if passage.middleware:
@@ -226,19 +237,6 @@ async def aserve(
     else:
         await asettle(passage, OK)
     return response
-
-
-def _settle(
-    request: HttpRequest, passage: Passage, charged: Charged, admission: Admission
-) -> Outcome | None:
-    """The admission's denial, or None once the request is recorded as admitted."""
-    if admission.denial is not None:
-        passage.view = None  # no admission follows a refusal (see `_take`)
-        mark_denied(request, admission.denial)
-        return admission.denial
-    passage.admitted += charged.ids
-    passage.admissions.append(admission)
-    return None
 
 
 class _CompleteAfter:

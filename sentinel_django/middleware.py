@@ -26,7 +26,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase  # type: ignore[import-untyped]
 
 from . import conf
-from ._lifecycle import aadmit, admit, afinish, enter_middleware, finish
+from ._lifecycle import aadmit, admit, afinish, enter_middleware, finish, passage_of
 from ._runtime import NOTHING, Charged, Runtime
 from ._translate import route_of
 from .decorators import answers_any_method, method_endpoints, takes_default
@@ -63,14 +63,16 @@ class SentinelMiddleware:
             return self.__acall__(request)
         passage = enter_middleware(request)
         response = passage.answer(self.get_response(request))
-        finish(passage, response)
+        if passage.admissions:  # a request admitted on nothing has nothing to finish
+            finish(passage, response)
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         get_response: Callable[[HttpRequest], Awaitable[HttpResponseBase]] = self.get_response
         passage = enter_middleware(request)
         response = passage.answer(await get_response(request))
-        await afinish(passage, response)
+        if passage.admissions:
+            await afinish(passage, response)
         return response
 
     def _process_view(
@@ -84,7 +86,9 @@ class SentinelMiddleware:
         if not runtime.enabled:  # SPEC §2: served untouched
             return None
         charged = _charged(runtime, request, view_func)
-        return admit(request, runtime, charged) if charged.endpoints else None
+        if charged.endpoints:
+            return admit(request, passage_of(request), runtime, charged)
+        return None
 
     async def _aprocess_view(
         self,
@@ -97,7 +101,9 @@ class SentinelMiddleware:
         if not runtime.enabled:
             return None
         charged = _charged(runtime, request, view_func)
-        return await aadmit(request, runtime, charged) if charged.endpoints else None
+        if charged.endpoints:
+            return await aadmit(request, passage_of(request), runtime, charged)
+        return None
 
 
 def _charged(runtime: Runtime, request: HttpRequest, view_func: Callable[..., Any]) -> Charged:

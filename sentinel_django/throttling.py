@@ -49,7 +49,7 @@ class SentinelThrottle(BaseThrottle):  # type: ignore[misc]
         if not runtime.enabled:  # SPEC §2: served untouched
             return True
         charged = unpaid(passage, runtime.throttled(type(view), endpoint_id))
-        refused = admit(native, runtime, charged) if charged.endpoints else None
+        refused = admit(native, passage, runtime, charged) if charged.endpoints else None
         if refused is None:
             return True
         retry_after = refused.get("Retry-After")

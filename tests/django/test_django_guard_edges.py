@@ -56,6 +56,24 @@ def test_without_routes_the_middleware_guards_nothing_and_decorators_still_do(
     assert [r.status_code for r in ingests] == [200, 200, 200, 429]
 
 
+def test_without_routes_the_async_middleware_passes_an_undecorated_view_untouched(
+    configure: Configure,
+) -> None:
+    configure(routes={})
+    runner = LoopRunner()
+    try:
+        responses = [
+            runner.run(PeerAsyncClient().post("/async-items/1", headers={"Authorization": AUTH}))
+            for _ in range(5)
+        ]
+    finally:
+        runner.close()
+
+    assert [r.status_code for r in responses] == [200] * 5
+    assert "RateLimit" not in responses[0]
+    assert json.loads(responses[0].content)["view"] == "async item 1"
+
+
 def test_process_view_outside_url_resolution_guards_nothing(configure: Configure) -> None:
     """``decorator_from_middleware`` runs ``process_view`` on a request that no URLconf
     resolved: without a route template there is no ``routes`` entry to apply."""
