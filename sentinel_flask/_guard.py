@@ -15,13 +15,16 @@ their completion to the client: Flask's test client never closes a response it i
 not asked to, so a counted 401 would never be counted and a concurrency lease would
 be held until it expired. Nor is a body passed through to the server as it is
 (``send_file``'s file): Werkzeug never runs the close callbacks of such a response, in
-any server, so its completion would never come.
+any server, so its completion would never come. A view's own body of a declared length
+is waited for when the request has a ``settle`` policy, since the body may report what
+it used (a download of known size reporting its bytes).
 """
 
 from __future__ import annotations
 
 from flask import Flask, Request, Response, g
 from werkzeug.routing import Rule
+from werkzeug.wsgi import ClosingIterator
 
 import sentinel_core
 from sentinel_core.adapter import PASS_THROUGH, SERVER_ERROR, Admission, Endpoint
@@ -124,14 +127,25 @@ def finish_response(response: Response) -> Response:
             add_denial_headers(response, denial)
         return response
     decorate_response(response, admission)
-    if response.is_streamed and not (
-        "Content-Length" in response.headers or response.direct_passthrough
-    ):
+    if response.is_streamed and not _not_waited_for(response, admission):
         state.pop(_ADMISSION)
         response.call_on_close(lambda: admission.complete(response.status_code))
     else:
         setattr(state, _STATUS, response.status_code)
     return response
+
+
+def _not_waited_for(response: Response, admission: Admission) -> bool:
+    """Whether a streamed body completes at teardown, before it is sent: passed through
+    (a file), or of a length declared up front, unless the view itself wrote it for a
+    request that reports units (a download of known size reporting its bytes as it
+    streams: settled once sent). A WSGI app's body, an HTTPException's page among them,
+    reaches ``after_request`` as Werkzeug's `ClosingIterator`."""
+    if response.direct_passthrough:
+        return True
+    if "Content-Length" not in response.headers:
+        return False
+    return admission.meter is None or isinstance(response.response, ClosingIterator)
 
 
 def complete(error: BaseException | None) -> None:

@@ -139,6 +139,16 @@ def build_app(config: Mapping[str, Any]) -> tuple[FastAPI, Sentinel]:
 
         return StreamingResponse(chunks())
 
+    @app.get("/usage-download/{units}")
+    @rate_limited("usage")
+    async def usage_download(units: int) -> StreamingResponse:
+        def chunks() -> Iterator[bytes]:
+            for chunk in (b"a", b"b", b"c"):
+                sentinel_core.settle(units)
+                yield chunk
+
+        return StreamingResponse(chunks(), headers={"Content-Length": "3"})
+
     @app.post("/usage-raise/{units}")
     @rate_limited("usage")
     async def usage_raise(units: int) -> None:

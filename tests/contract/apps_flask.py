@@ -127,6 +127,16 @@ def build_app(config: Mapping[str, Any]) -> Flask:
 
         return Response(stream_with_context(chunks()))
 
+    @app.get("/usage-download/<int:units>")
+    @rate_limited("usage")
+    def usage_download(units: int) -> Response:
+        def chunks() -> Iterator[bytes]:
+            for chunk in (b"a", b"b", b"c"):
+                sentinel_core.settle(units)
+                yield chunk
+
+        return Response(chunks(), headers={"Content-Length": "3"})
+
     @app.post("/usage-raise/<int:units>")
     @rate_limited("usage")
     def usage_raise(units: int) -> None:

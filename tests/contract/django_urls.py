@@ -115,6 +115,18 @@ async def usage_astream(request: HttpRequest, units: int) -> StreamingHttpRespon
 
 
 @rate_limited("usage")
+def usage_download(request: HttpRequest, units: int) -> StreamingHttpResponse:
+    def chunks() -> Iterator[bytes]:
+        for chunk in (b"a", b"b", b"c"):
+            sentinel_core.settle(units)
+            yield chunk
+
+    response = StreamingHttpResponse(chunks())
+    response["Content-Length"] = "3"
+    return response
+
+
+@rate_limited("usage")
 def usage_raise(request: HttpRequest, units: int) -> HttpResponse:
     sentinel_core.settle(units)
     raise RuntimeError("the handler failed")
@@ -172,6 +184,7 @@ urlpatterns = [
     path("usage-sync/<int:units>", usage_sync),
     path("usage-stream/<int:units>", usage_stream),
     path("usage-astream/<int:units>", usage_astream),
+    path("usage-download/<int:units>", usage_download),
     path("usage-raise/<int:units>", usage_raise),
     path("usage-count/<int:status>", usage_count),
     path("report/<int:units>", report),

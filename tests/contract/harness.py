@@ -174,6 +174,8 @@ GET  /usage-stream/{units} @rate_limited("usage"), 3 chunks streamed by a sync
                            thread pool; Flask: a bare generator)
 GET  /usage-astream/{units} the same from an async generator (Flask: a generator with
                            stream_with_context; Django: an async view, a sync body)
+GET  /usage-download/{units} the same as /usage-stream, its length (3) declared up front
+                           (``Content-Length``): a download of known size
 POST /usage-raise/{units}  @rate_limited("usage"), reports ``units``, then raises
 POST /usage-count/{status} @rate_limited("usage.count") (settle, count ["4xx"]):
                            reports 7, answers ``status``

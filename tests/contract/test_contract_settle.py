@@ -109,7 +109,7 @@ def test_the_units_a_handler_reports_are_charged(
     assert [remaining(reply) for reply in replies] == [shown(algorithm, c + 10) for c in charged]
 
 
-@pytest.mark.parametrize("path", ["/usage-stream", "/usage-astream"])
+@pytest.mark.parametrize("path", ["/usage-stream", "/usage-astream", "/usage-download"])
 def test_a_streamed_body_reports_as_it_goes(
     build: Build, url: str, algorithm: str, path: str
 ) -> None:
