@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import sentinel_core
 from sentinel_core.cli._main import main, redact_url
 from tests.support.redis_server import RedisServer, free_port
 
@@ -465,8 +466,11 @@ def test_the_package_runs_as_a_module(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys, "argv", ["sentinel", "--help"])
+    # By path: under pytest, finding the module by name may go through pytest's
+    # assertion-rewriting import hook, which runpy cannot load a __main__ from.
+    main_module = Path(sentinel_core.__file__).with_name("__main__.py")
     with pytest.raises(SystemExit) as exit_info:
-        runpy.run_module("sentinel_core", run_name="__main__")
+        runpy.run_path(str(main_module), run_name="__main__")
     assert exit_info.value.code == 0
     assert "usage: sentinel" in capsys.readouterr().out
 
