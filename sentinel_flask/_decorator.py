@@ -15,7 +15,9 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from ._guard import require_admitted
+from flask import g
+
+from ._guard import ADMITTED, not_admitted
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -42,7 +44,8 @@ def rate_limited(endpoint_id: str) -> Callable[[F], F]:
 
             @functools.wraps(view)
             async def guarded_async(*args: Any, **kwargs: Any) -> Any:
-                require_admitted(endpoint_id)
+                if endpoint_id not in getattr(g._get_current_object(), ADMITTED, ()):
+                    raise not_admitted(endpoint_id)
                 return await view(*args, **kwargs)
 
             guarded: Callable[..., Any] = guarded_async
@@ -50,7 +53,8 @@ def rate_limited(endpoint_id: str) -> Callable[[F], F]:
 
             @functools.wraps(view)
             def guarded_sync(*args: Any, **kwargs: Any) -> Any:
-                require_admitted(endpoint_id)
+                if endpoint_id not in getattr(g._get_current_object(), ADMITTED, ()):
+                    raise not_admitted(endpoint_id)
                 return view(*args, **kwargs)
 
             guarded = guarded_sync

@@ -40,7 +40,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from flask import Flask, Request, Response, current_app, request
+from flask import Flask, Request, Response, current_app, g, request
 from werkzeug.routing import Rule
 
 import sentinel_core
@@ -51,14 +51,17 @@ from ._cli import sentinel_commands
 from ._config import config_source
 from ._decorator import EXEMPT_ATTRIBUTE, all_endpoints, handler_endpoints, is_exempt
 from ._guard import (
+    ADMISSION,
+    ADMITTED,
     EXTENSION_KEY,
     Route,
-    admit_request,
     complete,
     core_of,
+    deny,
     finish_response,
     pass_through,
 )
+from ._translate import request_view
 
 logger = logging.getLogger("sentinel")
 
@@ -230,6 +233,7 @@ class _AppHooks:
     def __init__(self, app: Flask, core: sentinel_core.Sentinel) -> None:
         self._app = app
         self._core = core
+        self._admit = core.admit
         # Views registered after init_app are first seen here, on the first request.
         self.validated = False
         self.unguardable: frozenset[str] = frozenset()
@@ -242,20 +246,30 @@ class _AppHooks:
         up per request."""
 
     def before_request(self) -> Response | None:
+        """Admit the request on what its rule and method pay for: the denial's
+        response, or None (the admission waits on `flask.g` for ``after_request``).
+
+        Raises:
+            RateLimitExceeded, RateLimiterUnavailable: see `deny`.
+        """
         if not self.validated:
             self._validate_once()
-        # The proxy resolved once: each access through it costs a context lookup.
+        # Each proxy resolved once: every access through one costs a context lookup.
         native = request._get_current_object()  # type: ignore[attr-defined]
         rule = native.url_rule
         if rule is None:
             # Routing failed (404, 405): not a route of the app, nothing to guard.
             return None
-        route = self._routes.get((id(rule), native.method))
-        if route is None:
-            route = self._route(native, rule)
+        route = self._routes.get((id(rule), native.method)) or self._route(native, rule)
         if not route.endpoints:
             return None
-        return admit_request(self._app, self._core, native, route)
+        admission = self._admit(request_view(native, route.template), route.endpoints)
+        if admission.denial is not None:
+            return deny(self._app, admission.denial)
+        state = g._get_current_object()
+        setattr(state, ADMISSION, admission)
+        setattr(state, ADMITTED, route.admitted)
+        return None
 
     def _route(self, native: Request, rule: Rule) -> Route:
         app, core = self._app, self._core

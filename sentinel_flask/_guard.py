@@ -22,12 +22,12 @@ it used (a download of known size reporting its bytes).
 
 from __future__ import annotations
 
-from flask import Flask, Request, Response, g
+from flask import Flask, Response, g
 from werkzeug.routing import Rule
 from werkzeug.wsgi import ClosingIterator
 
 import sentinel_core
-from sentinel_core.adapter import PASS_THROUGH, SERVER_ERROR, Admission, Endpoint
+from sentinel_core.adapter import PASS_THROUGH, SERVER_ERROR, Admission, Endpoint, Outcome
 
 from ._translate import (
     add_denial_headers,
@@ -35,12 +35,14 @@ from ._translate import (
     denial_error,
     denial_response,
     handles,
-    request_view,
 )
 
 EXTENSION_KEY = "sentinel"
-_ADMISSION = "_sentinel_admission"
-_ADMITTED = "_sentinel_admitted"
+ADMISSION = "_sentinel_admission"
+"""Where on `flask.g` the request's `Admission` waits for ``after_request``."""
+ADMITTED = "_sentinel_admitted"
+"""Where on `flask.g` the endpoint ids the request was admitted on wait for the views'
+decorators, which check theirs is among them before the view runs."""
 _STATUS = "_sentinel_status"
 _DENIAL = "_sentinel_denial"
 
@@ -74,64 +76,54 @@ class Route:
         """The ids a request of this route is admitted on (what the decorators check)."""
 
 
-def admit_request(
-    app: Flask, core: sentinel_core.Sentinel, native: Request, route: Route
-) -> Response | None:
-    """Admit ``native``, the current request of ``app``, on ``route``'s endpoints: the
-    denial response, or None (the admission waits on `flask.g` for `finish_response`).
+def deny(app: Flask, denial: Outcome) -> Response:
+    """The response of a denied admission (``before_request`` returns it), or the
+    exception that carries it to the app's error handler for its status.
 
     Raises:
         RateLimitExceeded, RateLimiterUnavailable: a policy denied the request; Flask
             hands it to the app's ``errorhandler(429)`` / ``(503)``, or answers the
             exception's own SPEC §4 response.
     """
-    admission = core.admit(request_view(native, route.template), route.endpoints)
-    # `flask.g` resolved once: each access through the proxy costs a context lookup.
-    state = g._get_current_object()
-    denial = admission.denial
-    if denial is not None:
-        response = denial_response(app, denial)
-        if denial.decision is None or not handles(app, denial.status):
-            return response  # a 401 (no decision), or no handler of the app's would take it
-        setattr(state, _DENIAL, denial)
-        raise denial_error(denial.decision, response)
-    setattr(state, _ADMISSION, admission)
-    setattr(state, _ADMITTED, route.admitted)
-    return None
+    response = denial_response(app, denial)
+    if denial.decision is None or not handles(app, denial.status):
+        return response  # a 401 (no decision), or no handler of the app's would take it
+    setattr(g._get_current_object(), _DENIAL, denial)
+    raise denial_error(denial.decision, response)
 
 
 def pass_through() -> None:
     """``before_request`` of an app whose Sentinel has ``enabled = false``: the request
     counts as admitted on every id, and nothing is decided."""
-    setattr(g._get_current_object(), _ADMITTED, PASS_THROUGH)
+    setattr(g._get_current_object(), ADMITTED, PASS_THROUGH)
 
 
-def require_admitted(endpoint_id: str) -> None:
-    """Raise unless ``before_request`` admitted this request on ``endpoint_id``: failing
-    the request beats serving it unguarded."""
-    if endpoint_id not in g._get_current_object().get(_ADMITTED, ()):
-        raise RuntimeError(
-            f"sentinel_flask: {endpoint_id!r}: this request did not pass Sentinel; call "
-            "Sentinel(app) or sentinel.init_app(app)"
-        )
+def not_admitted(endpoint_id: str) -> RuntimeError:
+    """The error of a decorated view whose request did not pass Sentinel: failing the
+    request beats serving it unguarded."""
+    return RuntimeError(
+        f"sentinel_flask: {endpoint_id!r}: this request did not pass Sentinel; call "
+        "Sentinel(app) or sentinel.init_app(app)"
+    )
 
 
 def finish_response(response: Response) -> Response:
     """``after_request``: the admission's fields on ``response``, and its completion
     once the server closes the response."""
     state = g._get_current_object()
-    admission: Admission | None = state.get(_ADMISSION)
+    admission: Admission | None = getattr(state, ADMISSION, None)
     if admission is None:
         denial = state.pop(_DENIAL, None)
         if denial is not None:
             add_denial_headers(response, denial)
         return response
-    decorate_response(response, admission)
+    status = response.status_code
+    decorate_response(response, admission, status)
     if response.is_streamed and not _not_waited_for(response, admission):
-        state.pop(_ADMISSION)
+        state.pop(ADMISSION)
         response.call_on_close(lambda: admission.complete(response.status_code))
     else:
-        setattr(state, _STATUS, response.status_code)
+        setattr(state, _STATUS, status)
     return response
 
 
@@ -151,7 +143,8 @@ def _not_waited_for(response: Response, admission: Admission) -> bool:
 def complete(error: BaseException | None) -> None:
     """``teardown_request``: complete the admission with the response's status, or as
     a 500 when the view's exception propagated (no response)."""
-    state = g._get_current_object()
-    admission: Admission | None = state.pop(_ADMISSION, None)
+    # The namespace's own dict: `g.pop` and `g.get` are Python-level wrappers of it.
+    state = vars(g._get_current_object())
+    admission: Admission | None = state.pop(ADMISSION, None)
     if admission is not None:
         admission.complete(SERVER_ERROR if error is not None else state.get(_STATUS, SERVER_ERROR))

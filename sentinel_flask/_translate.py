@@ -146,9 +146,9 @@ def add_denial_headers(response: Response, outcome: Outcome) -> None:
             response.headers[name] = value
 
 
-def decorate_response(response: Response, admission: Admission) -> None:
-    """Add an admission's RateLimit fields and device cookie to ``response``."""
-    status = response.status_code
+def decorate_response(response: Response, admission: Admission, status: int) -> None:
+    """Add an admission's RateLimit fields and device cookie to ``response`` (whose
+    status is ``status``)."""
     add = response.headers.add
     for name, value in admission.headers(status):
         add(name, value)

@@ -299,14 +299,20 @@ def test_init_app_twice_on_one_app_is_refused(make_app: MakeApp) -> None:
         Sentinel().init_app(app)
 
 
-def test_a_decorated_view_on_an_app_without_init_app_says_so() -> None:
+async def _async_view() -> str:
+    return "never"
+
+
+def _sync_view() -> str:
+    return "never"
+
+
+@pytest.mark.parametrize("view", [_sync_view, _async_view], ids=["sync", "async"])
+def test_a_decorated_view_on_an_app_without_init_app_says_so(view: Any) -> None:
     app = Flask("uninitialised")
     app.config["TESTING"] = True
-
-    @app.post("/v1/tailor")
-    @rate_limited("resumint.tailor")
-    def view() -> str:
-        return "never"
+    guarded = rate_limited("resumint.tailor")(view)
+    app.add_url_rule("/v1/tailor", "tailor", guarded, methods=["POST"])
 
     with pytest.raises(RuntimeError, match=r"call Sentinel\(app\) or sentinel.init_app\(app\)"):
         app.test_client().post("/v1/tailor")
