@@ -92,7 +92,45 @@ class RouteGuard:
             await response(scope, receive, send)
             return
         scope[ADMITTED] = guarded.ids
-        await _serve(self.inner, admission, scope, receive, send)
+        respond = _Respond(send, admission)
+        try:
+            await self.inner(scope, receive, respond.send)
+        except BaseException as exc:
+            cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+            # Shielded: a cancelled task's next await would be cancelled again.
+            with anyio.CancelScope(shield=True):
+                await admission.acomplete(CANCELLED if cancelled else SERVER_ERROR)
+            raise
+        if not respond.done:  # the app returned without finishing its body (client gone)
+            await admission.acomplete(CANCELLED)
+
+
+class _Respond:
+    """The ``send`` an admitted request's route answers through: the admission's
+    fields (and device cookie) join the ``http.response.start`` message, and the
+    admission completes with the response's status after the last body chunk."""
+
+    __slots__ = ("admission", "done", "downstream", "status")
+
+    def __init__(self, downstream: Send, admission: Admission) -> None:
+        self.downstream = downstream
+        self.admission = admission
+        self.status = SERVER_ERROR
+        self.done = False
+
+    async def send(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            self.status = status = message["status"]
+            admission = self.admission
+            extra = raw_headers(admission.headers(status), admission.cookie(status))
+            message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await self.downstream(message)
+            return
+        await self.downstream(message)
+        if kind == "http.response.body" and not message.get("more_body", False):
+            self.done = True
+            await self.admission.acomplete(self.status)
 
 
 def _inclusion(entries: Iterable[RouteEntry], scope: Scope) -> RouteEntry:
@@ -140,30 +178,3 @@ async def render_denial(request: Request, outcome: Outcome) -> Response:
     else:
         response = await run_in_threadpool(handler, request, exc)
     return handled_denial(response, outcome)
-
-
-async def _serve(
-    app: ASGIApp, admission: Admission, scope: Scope, receive: Receive, send: Send
-) -> None:
-    status = SERVER_ERROR
-
-    async def send_decorated(message: Message) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-            extra = raw_headers(admission.headers(status), admission.cookie(status))
-            message = {**message, "headers": [*message.get("headers", ()), *extra]}
-        await send(message)
-        if message["type"] == "http.response.body" and not message.get("more_body", False):
-            await admission.acomplete(status)
-
-    try:
-        await app(scope, receive, send_decorated)
-    except BaseException as exc:
-        cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
-        # Shielded: a cancelled task's next await would be cancelled again.
-        with anyio.CancelScope(shield=True):
-            await admission.acomplete(CANCELLED if cancelled else SERVER_ERROR)
-        raise
-    # An app that returns without finishing its body (the client went away).
-    await admission.acomplete(CANCELLED)

@@ -9,6 +9,8 @@ that decorated handlers run unguarded.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -34,13 +36,15 @@ class SentinelMiddleware:
         self.size = -1
         """How many routes the app had when its guards were last checked."""
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        # A plain function handing back the app's awaitable: no coroutine of its own
+        # on every request's path (the caller awaits what it returns, as for any app).
         if scope["type"] == "http":
             if not self.enabled:  # `enabled = false`: a pass-through, nothing decided
                 scope[ADMITTED] = PASS_THROUGH
-            elif len(scope["app"].routes) != self.size:
+            elif len(scope["app"].router.routes) != self.size:
                 self.size = guard_app(scope["app"], self.sentinel)
-        await self.app(scope, receive, send)
+        return self.app(scope, receive, send)
 
 
 def guard_app(app: Starlette, sentinel: Sentinel) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
@@ -21,17 +22,21 @@ ADMITTED = "sentinel.admitted"
 
 
 def request_view(request: HTTPConnection, route: str | None) -> RequestView:
-    """The core's view of ``request``.
+    """The core's view of ``request``, read from its ASGI scope.
 
-    Headers are Starlette's case-insensitive `Headers`; the peer is the ASGI ``client``
-    host only (a trusted-proxy middleware such as uvicorn's ``--proxy-headers`` is
-    what may rewrite it, never Sentinel reading ``X-Forwarded-For``).
+    Headers are Starlette's case-insensitive `Headers` over the scope's own list (what
+    ``request.headers`` would build); the peer is the ASGI ``client`` host only (a
+    trusted-proxy middleware such as uvicorn's ``--proxy-headers`` is what may rewrite
+    it, never Sentinel reading ``X-Forwarded-For``). ``request`` itself is the view's
+    ``native`` (what plugins and ``identify`` are given) and parses the cookies if a
+    policy reads them.
     """
-    client = request.scope.get("client")
+    scope = request.scope
+    client = scope.get("client")
     return RequestView(
-        method=request.scope["method"],
+        method=scope["method"],
         route=route,
-        headers=request.headers,
+        headers=Headers(scope=scope),
         cookies=LazyCookies(request),
         peer=client[0] if client else None,
         native=request,
@@ -117,7 +122,14 @@ def raw_headers(
     headers: Iterable[tuple[str, str]], cookie: Cookie | None
 ) -> list[tuple[bytes, bytes]]:
     """``headers`` and the device cookie as ``Set-Cookie``, as ASGI pairs."""
-    pairs = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+    pairs = [
+        (_RAW_NAMES.get(name) or name.lower().encode("latin-1"), value.encode("latin-1"))
+        for name, value in headers
+    ]
     if cookie is not None:
         pairs.append((b"set-cookie", cookie.header_value().encode("latin-1")))
     return pairs
+
+
+_RAW_NAMES = {name: name.lower().encode("latin-1") for name in ("RateLimit-Policy", "RateLimit")}
+"""The fields every allowed response carries, as ASGI names, encoded once."""

@@ -1,5 +1,6 @@
 """The dependency idiom (``Depends(rate_limit("id"))``, on an operation or a router) and
-the completion step: a cancelled request (the client went away) hands back its lease."""
+the completion step: a cancelled request (the client went away), or one whose app
+returns before its last body chunk, hands back its lease."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import anyio
 import pytest
 from fastapi import APIRouter, Depends, FastAPI
 from prometheus_client import CollectorRegistry
+from starlette.types import Message, Receive, Scope, Send
 
 from sentinel_fastapi import Sentinel, rate_limit, rate_limited
 from tests.fastapi.conftest import client, lifespan
@@ -102,3 +104,51 @@ async def test_a_cancelled_request_hands_its_concurrency_lease_back(redis_url: s
 
     assert busy.status_code == 429
     assert freed.status_code == 200
+
+
+class HalfAnswer:
+    """A raw ASGI endpoint that starts its response and returns without its last body
+    chunk, as an app does whose client went away mid-response."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"part", "more_body": True})
+
+
+async def test_an_app_returning_before_its_last_body_chunk_hands_its_lease_back(
+    redis_url: str,
+) -> None:
+    config = spec_config(redis_url)
+    config["policies"]["slots"] = {"algorithm": "concurrency", "limit": 1, "fail_mode": "closed"}
+    config["routes"] = {"GET /half": "slots"}
+    app = app_with(config)
+    app.add_route("/half", HalfAnswer(), methods=["GET"])
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/half",
+        "raw_path": b"/half",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"authorization", AUTH["Authorization"].encode())],
+        "client": ("203.0.113.7", 50000),
+        "server": ("testserver", 80),
+    }
+    statuses = []
+
+    async def receive() -> Message:
+        raise AssertionError("the endpoint reads no body")  # pragma: no cover
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    async with lifespan(app):
+        for _ in range(3):
+            await app(dict(scope), receive, send)
+
+    assert statuses == [200, 200, 200]  # each request's lease came back when it returned
