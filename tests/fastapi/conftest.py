@@ -80,6 +80,25 @@ def client(app: FastAPI, *, peer: tuple[str, int] = PEER) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=transport, base_url="http://testserver")
 
 
+def http_scope(method: str, path: str, headers: Sequence[tuple[bytes, bytes]]) -> dict[str, Any]:
+    """The ASGI scope of one HTTP request from `PEER`, for tests that drive the app
+    without an HTTP client (to see every message it sends, or one no client accepts)."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": list(headers),
+        "client": PEER,
+        "server": ("testserver", 80),
+    }
+
+
 @pytest.fixture
 def probe() -> Probe:
     return Probe()

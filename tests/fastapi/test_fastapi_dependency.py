@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from starlette.types import Message, Receive, Scope, Send
 
 from sentinel_fastapi import Sentinel, rate_limit, rate_limited
-from tests.fastapi.conftest import client, lifespan
+from tests.fastapi.conftest import client, http_scope, lifespan
 from tests.support.adapter_config import bearer, spec_config
 
 AUTH = {"Authorization": bearer("acme", expires_in=3600)}
@@ -124,20 +124,7 @@ async def test_an_app_returning_before_its_last_body_chunk_hands_its_lease_back(
     app = app_with(config)
     app.add_route("/half", HalfAnswer(), methods=["GET"])
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": "/half",
-        "raw_path": b"/half",
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"authorization", AUTH["Authorization"].encode())],
-        "client": ("203.0.113.7", 50000),
-        "server": ("testserver", 80),
-    }
+    scope = http_scope("GET", "/half", [(b"authorization", AUTH["Authorization"].encode())])
     statuses = []
 
     async def receive() -> Message:

@@ -16,7 +16,7 @@ from starlette.types import Message
 from sentinel_core import Decision, RequestView, hookimpl
 from sentinel_fastapi import Sentinel, rate_limited
 from tests.fastapi.apps import MakeApp, Probe
-from tests.fastapi.conftest import PEER, client, lifespan, serve
+from tests.fastapi.conftest import PEER, client, http_scope, lifespan, serve
 from tests.support.adapter_config import bearer, spec_config
 
 AUTH = {"Authorization": bearer("acme")}
@@ -147,20 +147,7 @@ async def test_middleware_streams_the_response_and_adds_headers_to_its_start(
             assert probe.stream_gate is not None
             probe.stream_gate.set()
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": "/v1/stream",
-        "raw_path": b"/v1/stream",
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"host", b"testserver")],
-        "client": PEER,
-        "server": ("testserver", 80),
-    }
+    scope = http_scope("GET", "/v1/stream", [(b"host", b"testserver")])
     async with lifespan(app):
         with anyio.fail_after(5):
             await app(scope, receive, send)
