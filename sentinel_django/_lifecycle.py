@@ -41,7 +41,7 @@ _PASSAGE = "_sentinel_passage"
 class Passage:
     """What Sentinel keeps on one request while it passes through."""
 
-    __slots__ = ("admissions", "admitted", "middleware", "refusal", "view")
+    __slots__ = ("admissions", "admitted", "middleware", "refusal", "refused", "view")
 
     def __init__(self, middleware: bool) -> None:
         self.middleware = middleware
@@ -55,6 +55,10 @@ class Passage:
         self.refusal: HttpResponseBase | None = None
         """Sentinel's answer to a request another layer refused for it (a DRF throttle),
         which the middleware sends instead of that layer's own."""
+        self.refused = False
+        """A guard refused the request after others admitted it (a throttle or a
+        decorator after the middleware, stacked decorators): its refusal carries the
+        refusing policy's fields alone, as a refusal in one admission does."""
 
     def answer(self, response: HttpResponseBase) -> HttpResponseBase:
         """The response the middleware sends: Sentinel's own refusal when one was made."""
@@ -129,6 +133,7 @@ def _first_view(request: HttpRequest, passage: Passage) -> RequestView:
 
 def _denied(request: HttpRequest, passage: Passage, denial: Outcome) -> Outcome:
     passage.view = None  # no admission follows a refusal (see `_take`)
+    passage.refused = True
     mark_denied(request, denial)
     return denial
 
@@ -169,10 +174,15 @@ def _take(passage: Passage) -> list[Admission]:
 
 
 def _decorate(passage: Passage, response: HttpResponseBase) -> list[Admission]:
-    """Decorate ``response``; the admissions to complete now (none when the response
-    streams: they complete when its body is done)."""
+    """Decorate ``response``, unless a guard refused the request: the admissions to
+    complete now (none when the response streams: they complete when its body is done).
+
+    A refusal's fields are the refusing policy's alone (SPEC §4): the core joins the
+    fields of allowed outcomes only, and an admitted policy's ``t`` may be shorter than
+    the refusal's Retry-After, which a client waiting ``t`` would be refused again for."""
     admissions = _take(passage)
-    decorate(response, admissions)
+    if not passage.refused:
+        decorate(response, admissions)
     if not isinstance(response, StreamingHttpResponse):
         return admissions
     wrapper = _ACompleteAfter if response.is_async else _CompleteAfter
