@@ -96,8 +96,9 @@ def admit(
     ``enabled`` is true: its callers serve the request untouched otherwise."""
     if not runtime.started:
         runtime.ensure_started()
-    # A RequestView is always true: the request's first admission makes it.
-    view = passage.view or _first_view(request, passage)
+    view = passage.view
+    if view is None:  # the request's first admission: the core's view of it, for all
+        view = passage.view = request_view(request)
     admission = runtime.sentinel.admit(view, charged.endpoints)
     if admission.denial is None:
         passage.admitted += charged.ids
@@ -115,7 +116,9 @@ async def aadmit(
         await runtime.aensure_started()
     if charged.names_user:
         await runtime.aidentify(request)
-    view = passage.view or _first_view(request, passage)
+    view = passage.view
+    if view is None:
+        view = passage.view = request_view(request)
     admission = await runtime.sentinel.aadmit(view, charged.endpoints)
     if admission.denial is None:
         passage.admitted += charged.ids
@@ -123,12 +126,6 @@ async def aadmit(
         return None
     denial = _denied(request, passage, admission.denial)
     return await arendered_denial(runtime.denial_view, request, denial)
-
-
-def _first_view(request: HttpRequest, passage: Passage) -> RequestView:
-    """The request as the core sees it, made at its first admission for every other."""
-    view = passage.view = request_view(request)
-    return view
 
 
 def _denied(request: HttpRequest, passage: Passage, denial: Outcome) -> Outcome:
@@ -141,14 +138,16 @@ def _denied(request: HttpRequest, passage: Passage, denial: Outcome) -> Outcome:
 def finish(passage: Passage, response: HttpResponseBase) -> None:
     """Add the request's admissions' fields to ``response`` and complete them: now, or
     when a streaming body is done."""
-    for admission in _decorate(passage, response):
-        admission.complete(response.status_code)
+    status = response.status_code
+    for admission in _decorate(passage, response, status):
+        admission.complete(status)
 
 
 async def afinish(passage: Passage, response: HttpResponseBase) -> None:
     """`finish` on the event loop."""
-    for admission in _decorate(passage, response):
-        await admission.acomplete(response.status_code)
+    status = response.status_code
+    for admission in _decorate(passage, response, status):
+        await admission.acomplete(status)
 
 
 def settle(passage: Passage, status: int) -> None:
@@ -173,22 +172,21 @@ def _take(passage: Passage) -> list[Admission]:
     return admissions
 
 
-def _decorate(passage: Passage, response: HttpResponseBase) -> list[Admission]:
-    """Decorate ``response``, unless a guard refused the request: the admissions to
-    complete now (none when the response streams: they complete when its body is done).
+def _decorate(passage: Passage, response: HttpResponseBase, status: int) -> list[Admission]:
+    """Decorate ``response`` (of status ``status``), unless a guard refused the request:
+    the admissions to complete now (none when the response streams: they complete when
+    its body is done).
 
     A refusal's fields are the refusing policy's alone (SPEC §4): the core joins the
     fields of allowed outcomes only, and an admitted policy's ``t`` may be shorter than
     the refusal's Retry-After, which a client waiting ``t`` would be refused again for."""
     admissions = _take(passage)
     if not passage.refused:
-        decorate(response, admissions)
+        decorate(response, admissions, status)
     if not isinstance(response, StreamingHttpResponse):
         return admissions
     wrapper = _ACompleteAfter if response.is_async else _CompleteAfter
-    response.streaming_content = wrapper(
-        response.streaming_content, admissions, response.status_code
-    )
+    response.streaming_content = wrapper(response.streaming_content, admissions, status)
     return []
 
 
@@ -201,12 +199,21 @@ def serve(
     kwargs: dict[str, Any],
 ) -> Any:
     """The lifecycle around a view called by a decorator; the middleware, when it is
-    installed, finishes the request (and converts an exception into a 500) itself."""
-    passage = passage_of(request)
-    charged = unpaid(passage, charged)
-    refused = admit(request, passage, runtime, charged) if charged.endpoints else None
-    if refused is not None:
-        return refused
+    installed, finishes the request (and converts an exception into a 500) itself.
+
+    The plain request (no middleware, no guard before this one: the decorator's usual
+    case) goes straight: its passage, one admission, the view, the fields; a request
+    another guard admitted first pays only for what it has not paid yet."""
+    passage: Passage | None = getattr(request, _PASSAGE, None)
+    if passage is None:
+        passage = Passage(middleware=False)
+        setattr(request, _PASSAGE, passage)  # a guard inside the view finds it
+    else:
+        charged = unpaid(passage, charged)
+    if charged.endpoints:
+        refused = admit(request, passage, runtime, charged)
+        if refused is not None:
+            return refused
     if passage.middleware:
         return view(*args, **kwargs)
     try:
@@ -230,11 +237,16 @@ async def aserve(
     kwargs: dict[str, Any],
 ) -> Any:
     """`serve` for async views."""
-    passage = passage_of(request)
-    charged = unpaid(passage, charged)
-    refused = await aadmit(request, passage, runtime, charged) if charged.endpoints else None
-    if refused is not None:
-        return refused
+    passage: Passage | None = getattr(request, _PASSAGE, None)
+    if passage is None:
+        passage = Passage(middleware=False)
+        setattr(request, _PASSAGE, passage)
+    else:
+        charged = unpaid(passage, charged)
+    if charged.endpoints:
+        refused = await aadmit(request, passage, runtime, charged)
+        if refused is not None:
+            return refused
     if passage.middleware:
         return await view(*args, **kwargs)
     try:

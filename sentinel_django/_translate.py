@@ -7,6 +7,7 @@ middleware alike.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -47,7 +48,10 @@ class MetaHeaders(Mapping[str, str]):
         return len(HttpHeaders(self._meta))
 
 
+@functools.lru_cache(maxsize=256)
 def _meta_key(name: str) -> str:
+    """The ``META`` key of header ``name``, made once per name (the core asks for the
+    same few names on every request; they are server code's, never a client's)."""
     key = name.upper().replace("-", "_")
     return key if key in HttpHeaders.UNPREFIXED_HEADERS else HttpHeaders.HTTP_PREFIX + key
 
@@ -57,14 +61,24 @@ def request_view(request: HttpRequest) -> RequestView:
     (proxies' headers are ignored: trusting them is the deployment's business)."""
     match = request.resolver_match
     meta = request.META
+    if match is None:
+        route = None
+    else:
+        template = match.route
+        route = _routes.get(template) or _routes.setdefault(template, route_of(template))
     return RequestView(
         method=request.method or "GET",
-        route=None if match is None else route_of(match.route),
+        route=route,
         headers=MetaHeaders(meta),
         cookies=LazyCookies(request),
         peer=meta.get("REMOTE_ADDR"),
         native=request,
     )
+
+
+_routes: dict[str, str] = {}
+"""Resolved route template -> `route_of` it, made at the template's first request (a
+URLconf has a fixed set of templates)."""
 
 
 def route_of(template: str) -> str:
@@ -191,10 +205,10 @@ def with_denial_headers(response: object, outcome: Outcome) -> HttpResponseBase:
     return response
 
 
-def decorate(response: HttpResponseBase, admissions: Sequence[Admission]) -> None:
+def decorate(response: HttpResponseBase, admissions: Sequence[Admission], status: int) -> None:
     """Add the request's admissions' RateLimit fields and device cookie to the view's
-    response."""
-    headers, cookie = response_fields(admissions, response.status_code)
+    response, of status ``status``."""
+    headers, cookie = response_fields(admissions, status)
     fields = response.headers  # one lookup: each `response[name] =` makes it again
     for name, value in headers:
         fields[name] = value
