@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
 
 MICRO = 1_000_000
 """Micro-units per unit: tokens are stored as micro-tokens, time as microseconds."""
@@ -193,3 +197,32 @@ class Decision:
     fail-closed denial's reason is `FAIL_CLOSED` and an emergency denial's
     `EMERGENCY_LOCAL_LIMIT`, yet the cause is kept here. None when no Redis call failed
     (an open breaker makes none)."""
+
+
+def frozen_builder(cls: type[T]) -> Callable[..., T]:
+    """A constructor of the frozen, slotted dataclass ``cls`` (same arguments, same
+    result) at the cost of a plain one: for the values every request builds.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``
+    (it must get past the class's own, which refuses): 1.5 us for `Decision`'s 16
+    fields, 0.2 us for the same class unfrozen. The builder makes a plain slotted twin
+    of ``cls`` with the same fields, builds that, then gives the instance the class
+    ``cls``: the two have the same slots, so Python allows the ``__class__`` assignment,
+    and from then on the value is an ordinary, immutable ``cls``.
+    """
+    fields = [(field.name, field.type, field) for field in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    draft: Any = dataclasses.make_dataclass(
+        f"{cls.__name__}Draft", fields, slots=True, eq=False, repr=False
+    )
+
+    def build(*args: Any, **kwargs: Any) -> T:
+        value = draft(*args, **kwargs)
+        value.__class__ = cls
+        return value  # type: ignore[no-any-return]
+
+    build.__doc__ = f"Build a {cls.__name__} (see `frozen_builder`)."
+    return build
+
+
+build_decision = frozen_builder(Decision)
+"""`Decision`, built as fast as a plain class (one per request)."""

@@ -34,6 +34,7 @@ from sentinel_core._models import (
     DecisionReason,
     FailMode,
     Policy,
+    build_decision,
 )
 from sentinel_core._plugins import Hooks
 from sentinel_core.decision._calendar import Calendars
@@ -51,7 +52,7 @@ from sentinel_core.identity._keys import Identity
 from sentinel_core.resilience._breaker import CircuitBreaker, Permit
 from sentinel_core.resilience._emergency import EmergencyLimiter
 from sentinel_core.store._reference import Mode, ScriptReply
-from sentinel_core.store._scripts import ScriptCall, script_args
+from sentinel_core.store._scripts import ScriptCall, build_script_call, script_args
 
 
 def classify(exc: StoreError) -> DecisionReason:
@@ -138,7 +139,7 @@ class DecisionEngine:
         keys = identity.bucket_keys(policy)
         endpoint = self.endpoints.get(policy.endpoint_id)
         if endpoint is not None and endpoint.policy is policy:
-            return ScriptCall(policy.algorithm, keys, endpoint.decide_args(len(keys)))
+            return build_script_call(policy.algorithm, keys, endpoint.decide_args(len(keys)))
         return ScriptCall(policy.algorithm, keys, script_args(policy, Mode.DECIDE, len(keys)))
 
 
@@ -330,7 +331,7 @@ class Attempt:
         if policy.algorithm is Algorithm.CONCURRENCY and reason is DecisionReason.ALLOWED:
             lease = store_lease(policy.endpoint_id, self.call)
         # Positional (Decision's field order): a third cheaper than keywords.
-        decision = Decision(
+        decision = build_decision(
             allowed or policy.shadow,
             reason,
             policy.endpoint_id,

@@ -27,6 +27,7 @@ from sentinel_core._models import (
     DecisionReason,
     IdentityKind,
     Policy,
+    frozen_builder,
 )
 from sentinel_core._plugins import Hooks
 from sentinel_core.config._schema import SentinelConfig
@@ -121,6 +122,9 @@ class Outcome:
     media_type: str = PROBLEM_JSON
 
 
+build_outcome = frozen_builder(Outcome)
+"""`Outcome`, built as fast as a plain class (one per request)."""
+
 EXEMPT = Outcome(True, 200, ())
 """The outcome of an exempt request: run the handler, add nothing, and charge nothing
 for this endpoint id (callers guarding several ids go on with the next one)."""
@@ -132,6 +136,10 @@ class Prepared:
 
     identity: Identity
     cookie: Cookie | None
+
+
+build_prepared = frozen_builder(Prepared)
+"""`Prepared`, built as fast as a plain class (one per request)."""
 
 
 class HttpLayer:
@@ -236,7 +244,7 @@ class HttpLayer:
             user = self._user(request)
             if user is None:  # no authenticated user: limited like an anonymous client
                 return self._anonymous(request, client)
-            return Prepared(tenant_identity(user), None)
+            return build_prepared(tenant_identity(user), None)
         if self._jwt is None:
             # Tenant identity came from a plugin that had none for this request.
             return unauthorized(AuthError(None, "credentials required"))
@@ -244,7 +252,7 @@ class HttpLayer:
             tenant = self._jwt.tenant_from_authorization(request.headers.get("authorization"))
         except AuthError as error:
             return unauthorized(error)
-        return Prepared(tenant_identity(tenant), None)
+        return build_prepared(tenant_identity(tenant), None)
 
     def _user(self, request: RequestView) -> str | None:
         """The id of the user the application authenticated (``identify``), hashed
@@ -269,13 +277,13 @@ class HttpLayer:
         """
         headers = self._ratelimit_headers(decision)
         if decision.allowed:
-            return Outcome(True, 200, tuple(headers), cookie=cookie, decision=decision)
+            return build_outcome(True, 200, tuple(headers), cookie=cookie, decision=decision)
         status = 429 if decision.reason in _TOO_MANY else 503
         if decision.retry_after_seconds is not None:
             headers.insert(0, ("Retry-After", str(max(1, decision.retry_after_seconds))))
         headers.append(("Content-Type", PROBLEM_JSON))
         body = _denial_body(status, decision.endpoint_id)
-        return Outcome(False, status, tuple(headers), body, decision=decision)
+        return build_outcome(False, status, tuple(headers), body, decision=decision)
 
     def _ratelimit_headers(self, decision: Decision) -> list[tuple[str, str]]:
         """The RateLimit headers a decision warrants: none when turned off, for a shadow
