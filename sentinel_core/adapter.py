@@ -7,7 +7,8 @@ keeps them compiled (`Sentinel.endpoint` gives the `Endpoint` of an id) per rout
 handler, adds ``headers(status)`` and ``cookie(status)`` to the response, and calls
 ``complete``/``acomplete`` with the final status (a streamed body it iterates itself,
 elsewhere than the admission's context, goes through `metered` / `ametered` with the
-admission's ``meter``, so that its ``sentinel_core.settle`` calls count). No rule of
+admission's ``meter``, so that its ``sentinel_core.settle`` calls count), or
+``withdraw``/``awithdraw`` when a later guard of the same request refused it. No rule of
 SPEC §4 and §5 lives in an adapter; a fourth adapter is written against this module
 alone.
 

@@ -137,7 +137,17 @@ def _denied(request: HttpRequest, passage: Passage, denial: Outcome) -> Outcome:
 
 def finish(passage: Passage, response: HttpResponseBase) -> None:
     """Add the request's admissions' fields to ``response`` and complete them: now, or
-    when a streaming body is done."""
+    when a streaming body is done.
+
+    When a guard refused the request after others admitted it, their admissions are
+    withdrawn instead, untouched by the refusal: the view never ran (reservations go
+    back, nothing is counted), and a refusal's fields are the refusing policy's alone
+    (SPEC §4: an admitted policy's ``t`` may be shorter than the refusal's
+    Retry-After, which a client waiting ``t`` would be refused again for)."""
+    if passage.refused:
+        for admission in _take(passage):
+            admission.withdraw()
+        return
     status = response.status_code
     for admission in _decorate(passage, response, status):
         admission.complete(status)
@@ -145,6 +155,10 @@ def finish(passage: Passage, response: HttpResponseBase) -> None:
 
 async def afinish(passage: Passage, response: HttpResponseBase) -> None:
     """`finish` on the event loop."""
+    if passage.refused:
+        for admission in _take(passage):
+            await admission.awithdraw()
+        return
     status = response.status_code
     for admission in _decorate(passage, response, status):
         await admission.acomplete(status)
@@ -173,16 +187,10 @@ def _take(passage: Passage) -> list[Admission]:
 
 
 def _decorate(passage: Passage, response: HttpResponseBase, status: int) -> list[Admission]:
-    """Decorate ``response`` (of status ``status``), unless a guard refused the request:
-    the admissions to complete now (none when the response streams: they complete when
-    its body is done).
-
-    A refusal's fields are the refusing policy's alone (SPEC §4): the core joins the
-    fields of allowed outcomes only, and an admitted policy's ``t`` may be shorter than
-    the refusal's Retry-After, which a client waiting ``t`` would be refused again for."""
+    """Decorate ``response`` (of status ``status``): the admissions to complete now
+    (none when the response streams: they complete when its body is done)."""
     admissions = _take(passage)
-    if not passage.refused:
-        decorate(response, admissions, status)
+    decorate(response, admissions, status)
     if not isinstance(response, StreamingHttpResponse):
         return admissions
     wrapper = _ACompleteAfter if response.is_async else _CompleteAfter

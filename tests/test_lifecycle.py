@@ -206,3 +206,34 @@ def test_the_straight_line_and_the_conversation_answer_alike() -> None:
     assert denied.denial is not None
     assert denied.denial.status == 429
     assert denied.charges == ()
+
+
+def test_a_withdrawn_admission_gives_its_lease_back_once_and_never_completes() -> None:
+    """A later guard of the same request refused it (an adapter admitting in two
+    steps): the admission ends as a refusal in one admission would, once."""
+    limiter = sentinel()
+    held = limiter.admit(request_view(headers=AUTH), ["slots"])
+
+    held.withdraw()
+    held.withdraw()
+    held.complete(200)  # withdrawn: nothing more to do
+    first = limiter.admit(request_view(headers=AUTH), ["slots"])
+    second = limiter.admit(request_view(headers=AUTH), ["slots"])
+
+    assert held.allowed
+    assert first.allowed  # the withdrawn lease went back
+    assert second.denial is not None  # and only once: first holds the one slot
+
+
+async def test_an_async_withdrawal_follows_the_same_rules() -> None:
+    limiter = sentinel()
+    held = await limiter.aadmit(request_view(headers=AUTH), ["slots"])
+
+    await held.acomplete(200)
+    await held.awithdraw()  # completed: nothing more to do
+    first = await limiter.aadmit(request_view(headers=AUTH), ["slots"])
+    await first.awithdraw()
+    second = await limiter.aadmit(request_view(headers=AUTH), ["slots"])
+
+    assert first.allowed
+    assert second.allowed  # the withdrawn lease went back

@@ -18,6 +18,11 @@ handler reported (`sentinel_core.settle`, see `_meter`) and where concurrency le
 are released; calling it again does nothing. A denied admission settles its own
 charges before it returns.
 
+An adapter that admits one request in two steps (a guard inside the view after the
+middleware's, say) calls ``withdraw`` instead of ``complete`` on the first admission
+when the second is refused: the handler never ran, so it ends as a refusal within one
+admission does (reservations refunded, leases back, nothing counted).
+
 The rules are written once, as generators that yield `Step`s (what to ask the store)
 and receive `Decision`s; `Sentinel.admit` drives them with blocking calls and
 `Sentinel.aadmit` with awaits, so the sync and async paths cannot drift.
@@ -178,6 +183,21 @@ class Admission:
             return
         await adrive(completion(self, status), self._run.async_)
 
+    def withdraw(self) -> None:
+        """End an admission whose handler will not run after all (a later guard of the
+        same request refused it): instead of `complete`; see the module docstring."""
+        if self._completed:
+            return
+        self._completed = True
+        drive(withdrawal(self), self._run.sync)
+
+    async def awithdraw(self) -> None:
+        """`withdraw` for asyncio servers."""
+        if self._completed:
+            return
+        self._completed = True
+        await adrive(withdrawal(self), self._run.async_)
+
     def _settled_alone(self) -> tuple[Decision, Identity, int] | None:
         """The settlement of a request whose one charge is a settle policy without
         ``count`` (the usual settle request): what `completion` would settle, directly."""
@@ -314,6 +334,15 @@ def completion(admitted: Admission, status: int) -> Conversation[None]:
             yield Step(
                 StepKind.EVALUATE, charge.policy.endpoint_id, charge.identity, admitted.request
             )
+    yield from _releases(admitted.charges)
+
+
+def withdrawal(admitted: Admission) -> Conversation[None]:
+    """What the store must hear of an admission whose handler never ran: what a denial
+    within one admission does to the charges made before it (`admission`)."""
+    if admitted.meter is not None:
+        admitted.meter.close()
+    yield from _settlements(admitted.charges, 0)
     yield from _releases(admitted.charges)
 
 

@@ -15,6 +15,7 @@ import pytest
 from django.test import override_settings
 from django_harness import Configure, Http
 
+from sentinel_django import conf
 from tests.support.adapter_config import bearer, spec_config
 
 AUTH = bearer("acme", expires_in=3600)
@@ -91,3 +92,32 @@ def test_a_throttles_503_under_a_failing_open_middleware_has_no_ratelimit_fields
     assert refused.status_code == 503
     assert json.loads(refused.content)["detail"] == "rate limiter unavailable"
     assert "RateLimit" not in refused
+
+
+@pytest.mark.parametrize(
+    "first",
+    [{**BULK, "settle": True}, {**BULK, "count": ["4xx"]}],
+    ids=["settle-reservation", "count-4xx"],
+)
+@pytest.mark.parametrize("view", VIEWS)
+def test_a_later_guards_refusal_withdraws_what_the_first_admitted(
+    configure: Configure, http: Http, first: dict[str, Any], view: str
+) -> None:
+    """The view never ran: the first guard's reservation is refunded and its ``count``
+    policy counts nothing, as when one admission refuses (the refusal's 429 is
+    Sentinel's own, not the view's)."""
+    configure(
+        policies=_policies(**{"bulk.api": first}),
+        routes={f"POST {name}": "bulk.api" for name in ("export", "relay", "arelay")},
+    )
+    middleware = [] if view == "stacked" else ["sentinel_django.middleware.SentinelMiddleware"]
+    with (
+        override_settings(ROOT_URLCONF="djproject.layered_urls"),
+        override_settings(MIDDLEWARE=middleware),
+    ):
+        statuses = [http.post(_path(http, view), Authorization=AUTH).status_code for _ in range(4)]
+
+    assert statuses == [200, 200, 200, 429]
+    charged = 3 if "settle" in first else 0  # the admitted requests' reservations
+    # What the next request would leave: one less than the bucket holds.
+    assert conf.runtime().sentinel.peek("bulk.api", "acme").remaining == 100 - charged - 1
