@@ -15,6 +15,8 @@ process through the framework's own test client, on one private redis-server:
   which costs no second script call;
 * ``sentinel-stubbed``: the ``sentinel`` view with the store's Redis client replaced by
   a stub that answers "allowed" at once: Sentinel's own Python per allowed request;
+* ``sentinel-settle-stubbed``: the same for the ``sentinel-settle`` view: the
+  reservation's own Python beside the plain policy's;
 * the peers on the same app, each keyed by the same verified JWT ``sub``: Flask-Limiter
   (Flask), slowapi and fastapi-limiter (FastAPI), django-ratelimit (Django).
 
@@ -45,7 +47,15 @@ from typing import Any
 JWT_KEY = "benchmark-jwt-key-0123456789abcdef-0123456789"
 NEVER_DENY = 1_000_000
 ROOT = Path(__file__).resolve().parents[1]
-SENTINEL_VARIANTS = ("sentinel", "sentinel-settle", "sentinel-denied", "sentinel-stubbed")
+SENTINEL_VARIANTS = (
+    "sentinel",
+    "sentinel-settle",
+    "sentinel-denied",
+    "sentinel-stubbed",
+    "sentinel-settle-stubbed",
+)
+STUBBED = "-stubbed"
+"""The suffix of a variant served by its route with the store's Redis client stubbed."""
 PEERS = {
     "flask": ("flask-limiter",),
     "fastapi": ("slowapi", "fastapi-limiter"),
@@ -353,11 +363,12 @@ def worker(framework: str, redis_url: str) -> None:
     names = variants(framework)
 
     def batch(variant: str, count: int) -> list[int]:
-        route = "/sentinel" if variant == "sentinel-stubbed" else f"/{variant}"
+        stubbed = variant.endswith(STUBBED)
+        route = f"/{variant.removesuffix(STUBBED)}"
         expected = EXPECTED.get(variant, 200)
         samples = []
         clock = time.perf_counter_ns
-        with stub() if variant == "sentinel-stubbed" else _nothing():
+        with stub() if stubbed else _nothing():
             for _ in range(count):
                 started = clock()
                 status = send(route)
