@@ -31,6 +31,7 @@ quotes); for ``sentinel-stubbed`` the added p50 is Sentinel's own Python.
 """
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -65,9 +66,14 @@ EXPECTED = {"sentinel-denied": 429}
 GUARDED = (
     ("sentinel", "bench.work"),
     ("sentinel-denied", "bench.denied"),
-    ("sentinel-settle", "bench.settle"),
 )
 """The guarded routes and the endpoint id each pays for."""
+SETTLE = "bench.settle"
+"""The ``sentinel-settle`` view's endpoint id. Flask and FastAPI serve it on an app of
+its own at the ``sentinel`` view's path, so that the two differ in their policy alone:
+a router tries its routes in order, and the test clients parse every character of a
+path (FastAPI's costs a microsecond a route tried). Django's one URLconf lists it right
+after the ``sentinel`` view."""
 
 
 def variants(framework: str) -> tuple[str, ...]:
@@ -94,16 +100,32 @@ def verified_sub(authorization: str | None) -> str:
 
 def sentinel_config(redis_url: str) -> dict[str, Any]:
     bucket = {"algorithm": "token_bucket", "fail_mode": "closed"}
+    settle = {"settle": True} if settles() else {}
     return {
         "redis_url": redis_url,
         "socket_timeout_ms": 2_000,  # generous on a loaded machine: no fail-closed noise
         "jwt": {"algorithms": ["HS256"], "key": JWT_KEY},
         "policies": {
             "bench.work": {**bucket, "rate": f"{NEVER_DENY}/second"},
-            "bench.settle": {**bucket, "rate": f"{NEVER_DENY}/second", "settle": True},
+            SETTLE: {**bucket, "rate": f"{NEVER_DENY}/second", **settle},
             "bench.denied": {**bucket, "rate": "1/day"},
         },
     }
+
+
+@functools.cache
+def settles() -> bool:
+    """Whether the Sentinel under test has ``settle`` policies (a ``--before`` tree older
+    than issue 25 does not: its worker keeps the settle routes on a plain policy, so the
+    apps are the same, and runs no ``*settle*`` variant)."""
+    from sentinel_core import ConfigError, load_config
+
+    policy = {"algorithm": "token_bucket", "rate": "1/second", "fail_mode": "closed"}
+    try:
+        load_config({"redis_url": "memory://", "policies": {"p": {**policy, "settle": True}}})
+    except ConfigError:
+        return False
+    return True
 
 
 class StubClient:
@@ -134,14 +156,16 @@ class StubClient:
 
 
 @contextmanager
-def stubbed(store: Any, *, asynchronous: bool) -> Iterator[None]:
-    """``store``'s Redis client replaced by a `StubClient` while the block runs."""
-    real = store.client
-    store.client = StubClient(asynchronous=asynchronous)
+def stubbed(*stores: Any, asynchronous: bool) -> Iterator[None]:
+    """The ``stores``' Redis clients replaced by a `StubClient` while the block runs."""
+    real = [store.client for store in stores]
+    for store in stores:
+        store.client = StubClient(asynchronous=asynchronous)
     try:
         yield
     finally:
-        store.client = real
+        for store, client in zip(stores, real, strict=True):
+            store.client = client
 
 
 # -- one app per framework, every variant a route of it --------------------------------------
@@ -171,11 +195,13 @@ def flask_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
         client.evalsha(floor_sha, 0)
         return {"ok": True}
 
-    guarded = Flask("sentinel")
-    guarded.config["SENTINEL"] = sentinel_config(redis_url)
+    guarded, settling = Flask("sentinel"), Flask("sentinel-settle")
+    for app in (guarded, settling):
+        app.config["SENTINEL"] = sentinel_config(redis_url)
     for route, endpoint_id in GUARDED:
         guarded.add_url_rule(f"/{route}", route, rate_limited(endpoint_id)(bare), methods=["POST"])
-    extension = Sentinel(guarded, registry=CollectorRegistry())
+    settling.add_url_rule("/sentinel", "settle", rate_limited(SETTLE)(bare), methods=["POST"])
+    extensions = [Sentinel(app, registry=CollectorRegistry()) for app in (guarded, settling)]
 
     peer = Flask("flask-limiter")
     limiter = Limiter(
@@ -188,21 +214,24 @@ def flask_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
         "/flask-limiter", "peer", limiter.limit(f"{NEVER_DENY} per second")(bare), methods=["POST"]
     )
 
-    clients = {app: app.test_client() for app in (plain, guarded, peer)}
+    clients = {app: app.test_client() for app in (plain, guarded, settling, peer)}
     by_route = {
-        "/bare": clients[plain],
-        "/floor": clients[plain],
-        "/sentinel": clients[guarded],
-        "/sentinel-denied": clients[guarded],
-        "/sentinel-settle": clients[guarded],
-        "/flask-limiter": clients[peer],
+        "/bare": (clients[plain], "/bare"),
+        "/floor": (clients[plain], "/floor"),
+        "/sentinel": (clients[guarded], "/sentinel"),
+        "/sentinel-denied": (clients[guarded], "/sentinel-denied"),
+        "/sentinel-settle": (clients[settling], "/sentinel"),
+        "/flask-limiter": (clients[peer], "/flask-limiter"),
     }
     headers = {"Authorization": f"Bearer {token()}"}
-    core = extension.get_core(guarded)
-    return (
-        lambda route: by_route[route].post(route, headers=headers).status_code,
-        lambda: stubbed(core.store, asynchronous=False),
-    )
+    apps = (guarded, settling)
+    cores = [extension.get_core(app) for extension, app in zip(extensions, apps, strict=True)]
+
+    def send(route: str) -> int:
+        client, path = by_route[route]
+        return int(client.post(path, headers=headers).status_code)
+
+    return send, lambda: stubbed(*(core.store for core in cores), asynchronous=False)
 
 
 def fastapi_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
@@ -261,27 +290,34 @@ def fastapi_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
     async def fastapi_limiter_view() -> dict[str, bool]:
         return {"ok": True}
 
-    guarded = FastAPI()
+    guarded, settling = FastAPI(), FastAPI()
     for route, endpoint_id in GUARDED:
         guarded.post(f"/{route}")(rate_limited(endpoint_id)(bare))
-    sentinel = Sentinel(sentinel_config(redis_url), registry=CollectorRegistry())
-    sentinel.init_app(guarded)
-    lifespan = guarded.router.lifespan_context(guarded)
-    loop.run_until_complete(lifespan.__aenter__())
+    settling.post("/sentinel")(rate_limited(SETTLE)(bare))
+    sentinels, lifespans = [], []  # the lifespans kept: collected, they would end
+    for app in (guarded, settling):
+        sentinel = Sentinel(sentinel_config(redis_url), registry=CollectorRegistry())
+        sentinel.init_app(app)
+        lifespans.append(app.router.lifespan_context(app))
+        loop.run_until_complete(lifespans[-1].__aenter__())
+        sentinels.append(sentinel)
     clients = {
         app: httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app, client=("127.0.0.1", 50000)),
             base_url="http://bench",
         )
-        for app in (plain, guarded)
+        for app in (plain, guarded, settling)
     }
     headers = {"Authorization": f"Bearer {token()}"}
 
     def send(route: str) -> int:
-        http = clients[guarded if route.startswith("/sentinel") else plain]
+        if route == "/sentinel-settle":
+            http, route = clients[settling], "/sentinel"
+        else:
+            http = clients[guarded if route.startswith("/sentinel") else plain]
         return loop.run_until_complete(http.post(route, headers=headers)).status_code
 
-    return send, lambda: stubbed(sentinel.async_store, asynchronous=True)
+    return send, lambda: stubbed(*(s.async_store for s in sentinels), asynchronous=True)
 
 
 urlpatterns: list[Any] = []
@@ -334,9 +370,8 @@ def django_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
             path("bare", bare),
             path("floor", floor),
             path("sentinel", rate_limited("bench.work")(bare)),
-            path("sentinel-stubbed", rate_limited("bench.work")(bare)),
+            path("sentinel-settle", rate_limited(SETTLE)(bare)),
             path("sentinel-denied", rate_limited("bench.denied")(bare)),
-            path("sentinel-settle", rate_limited("bench.settle")(bare)),
             path(
                 "django-ratelimit",
                 ratelimit(key=peer_key, rate=f"{NEVER_DENY}/s", block=True)(bare),
@@ -360,7 +395,7 @@ def worker(framework: str, redis_url: str) -> None:
     logging.getLogger("sentinel").addHandler(logging.NullHandler())
     logging.getLogger("sentinel").propagate = False
     send, stub = APPS[framework](redis_url)
-    names = variants(framework)
+    names = [v for v in variants(framework) if settles() or "settle" not in v]
 
     def batch(variant: str, count: int) -> list[int]:
         stubbed = variant.endswith(STUBBED)
@@ -396,7 +431,11 @@ def _nothing() -> Iterator[None]:
 
 def summary(timings: dict[str, list[int]]) -> dict[str, tuple[float, float]]:
     """Per variant: (p50 added over bare in µs, that over the floor's added p50)."""
-    p50 = {variant: statistics.median(samples) / 1_000 for variant, samples in timings.items()}
+    p50 = {
+        variant: statistics.median(samples) / 1_000
+        for variant, samples in timings.items()
+        if samples  # a variant the tree cannot serve has none
+    }
     floor = p50["floor"] - p50["bare"]
     result = {"bare": (p50["bare"], 0.0)}
     for variant, value in p50.items():
@@ -473,6 +512,9 @@ def table(framework: str, results: dict[str, dict[str, tuple[float, float]]]) ->
     for variant in variants(framework):
         cells = []
         for name in names:
+            if variant not in results[name]:
+                cells.append("-")
+                continue
             added, ratio = results[name][variant]
             if variant == "bare":
                 cells.append(f"{added:,.0f} (p50 itself)")

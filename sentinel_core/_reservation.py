@@ -47,36 +47,42 @@ class Settlement:
         self._metrics = metrics
         self._log = LogThrottle(clock_ns)
 
-    def _call(self, decision: Decision, identity: Identity, used: int) -> ScriptCall | None:
-        """The settlement to send, or None: nothing to send, counted as settled already."""
+    def _call(
+        self, decision: Decision, identity: Identity, used: int | None
+    ) -> tuple[ScriptCall, int] | None:
+        """The settlement to send and the units it charges, or None: nothing to send,
+        counted as settled already."""
         if not charged(decision):
             return None
-        call = settle_call(decision.policy, identity, used, self._engine.calendars)
-        if call is None:
-            self._metrics.settled(decision.endpoint_id, used)
-        elif self._engine.breaker.state is BreakerState.OPEN:
+        reserved = decision.policy.cost
+        if used is None or used == reserved:  # exact: nothing to send (the usual case)
+            self._metrics.settled(decision.endpoint_id, reserved)
+            return None
+        if self._engine.breaker.state is BreakerState.OPEN:
             self._failed(decision, used, "the circuit breaker is open")
             return None
-        return call
+        return settle_call(decision.policy, identity, used, self._engine.calendars), used
 
-    def settle(self, decision: Decision, identity: Identity, used: int) -> None:
-        """Charge ``used`` units instead of the reservation ``decision`` made."""
-        call = self._call(decision, identity, used)
-        if call is None:
+    def settle(self, decision: Decision, identity: Identity, used: int | None) -> None:
+        """Charge ``used`` units instead of the reservation ``decision`` made (None:
+        what it reserved)."""
+        planned = self._call(decision, identity, used)
+        if planned is None:
             return
+        call, units = planned
         try:
             self._store().run(call)
         except StoreError as exc:
-            self._failed(decision, used, f"{type(exc).__name__}: {exc}")
+            self._failed(decision, units, f"{type(exc).__name__}: {exc}")
             return
-        self._done(decision, call, used)
+        self._done(decision, call, units)
 
-    async def asettle(self, decision: Decision, identity: Identity, used: int) -> None:
+    async def asettle(self, decision: Decision, identity: Identity, used: int | None) -> None:
         """`settle` on the asyncio store; shielded, so a caller cancelled meanwhile (a
         client gone as its stream ended) does not cancel the settlement."""
-        call = self._call(decision, identity, used)
-        if call is not None:
-            await asyncio.shield(self._asend(decision, call, used))
+        planned = self._call(decision, identity, used)
+        if planned is not None:
+            await asyncio.shield(self._asend(decision, *planned))
 
     async def _asend(self, decision: Decision, call: ScriptCall, used: int) -> None:
         try:

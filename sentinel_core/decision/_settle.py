@@ -5,7 +5,7 @@ A ``settle`` policy's request is admitted like any other, its ``cost`` (or the u
 `Sentinel.reserve` names) standing for the usage it cannot know yet: the reservation.
 Once the usage is known, `settle_call` builds the ``lua/settle.lua`` call that refunds
 what was reserved and not used, or charges the excess, in every bucket the reservation
-charged; none when the two are equal (an exact reservation costs no second call).
+charged; no call at all when the two are equal (an exact reservation costs no second call).
 """
 
 from __future__ import annotations
@@ -64,14 +64,11 @@ def charged(decision: Decision) -> bool:
     return decision.reason is DecisionReason.ALLOWED and decision.policy.settle
 
 
-def settle_call(
-    policy: Policy, identity: Identity, used: int, calendars: Calendars
-) -> ScriptCall | None:
+def settle_call(policy: Policy, identity: Identity, used: int, calendars: Calendars) -> ScriptCall:
     """The call that settles at ``used`` units a reservation of ``policy.cost`` units
-    (the policy the decision was made with) by ``identity``; None when they are equal."""
+    (the policy the decision was made with) by ``identity``, when the two differ (when
+    they are equal there is nothing to send)."""
     reserved = policy.cost
-    if used == reserved:
-        return None
     keys = identity.bucket_keys(policy)
     kind = SETTLED[policy.algorithm]
     if kind is Settled.QUOTA:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import operator
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -106,6 +107,7 @@ class Admission:
     """The admission of one request and, once the handler is done, its completion."""
 
     __slots__ = (
+        "_alone",
         "_completed",
         "_cookie",
         "_fields",
@@ -132,8 +134,12 @@ class Admission:
         self._completed = denial is not None or not any(map(_owes_completion, charges))
         self.meter: Meter | None = None
         """Where the handler's `sentinel_core.settle` calls add up (settle policies)."""
-        if not self._completed and any(charge.policy.settle for charge in charges):
+        self._alone: Charge | None = None
+        if not self._completed and any(map(_settles, charges)):
             self.meter = open_meter()
+            if len(charges) == 1 and charges[0].policy.count is None:
+                # The usual settle request: settled directly, with no conversation.
+                self._alone = charges[0]
         # The response's fields, made once: every charge's outcome joined.
         if len(charges) == 1:  # the usual case, without the joining
             outcome = charges[0].outcome
@@ -166,9 +172,13 @@ class Admission:
         if self._completed:
             return
         self._completed = True
-        settled = self._settled_alone()
-        if settled is not None:  # one settle policy, nothing else owed: no conversation
-            self._run.settler.settle(*settled)
+        alone = self._alone
+        if alone is not None:
+            decision = alone.outcome.decision
+            # A charge was decided; a settle charge's request has a meter.
+            assert decision is not None
+            assert self.meter is not None
+            self._run.settler.settle(decision, alone.identity, self.meter.close())
             return
         drive(completion(self, status), self._run.sync)
 
@@ -177,9 +187,12 @@ class Admission:
         if self._completed:
             return
         self._completed = True
-        settled = self._settled_alone()
-        if settled is not None:
-            await self._run.settler.asettle(*settled)
+        alone = self._alone
+        if alone is not None:
+            decision = alone.outcome.decision
+            assert decision is not None
+            assert self.meter is not None
+            await self._run.settler.asettle(decision, alone.identity, self.meter.close())
             return
         await adrive(completion(self, status), self._run.async_)
 
@@ -198,17 +211,6 @@ class Admission:
         self._completed = True
         await adrive(withdrawal(self), self._run.async_)
 
-    def _settled_alone(self) -> tuple[Decision, Identity, int] | None:
-        """The settlement of a request whose one charge is a settle policy without
-        ``count`` (the usual settle request): what `completion` would settle, directly."""
-        if self.meter is None or len(self.charges) != 1 or self.charges[0].policy.count:
-            return None
-        (charge,) = self.charges
-        decision = charge.outcome.decision
-        assert decision is not None  # a charge is an admission: it has its decision
-        used = self.meter.close()
-        return decision, charge.identity, decision.policy.cost if used is None else used
-
 
 @dataclass(frozen=True, slots=True)
 class _Runner:
@@ -220,11 +222,11 @@ class _Runner:
 
 
 class Settler(Protocol):
-    """How a runner settles a reservation (`Settlement`)."""
+    """How a runner settles a reservation (`Settlement`); ``used`` None: what it reserved."""
 
-    def settle(self, decision: Decision, identity: Identity, used: int) -> None: ...
+    def settle(self, decision: Decision, identity: Identity, used: int | None) -> None: ...
 
-    async def asettle(self, decision: Decision, identity: Identity, used: int) -> None: ...
+    async def asettle(self, decision: Decision, identity: Identity, used: int | None) -> None: ...
 
 
 def response_fields(
@@ -344,6 +346,10 @@ def withdrawal(admitted: Admission) -> Conversation[None]:
         admitted.meter.close()
     yield from _settlements(admitted.charges, 0)
     yield from _releases(admitted.charges)
+
+
+_settles = operator.attrgetter("policy.settle")
+"""Whether a charge is a ``settle`` policy's reservation (in C: one per request)."""
 
 
 def _owes_completion(charge: Charge) -> bool:

@@ -27,19 +27,23 @@ OUTSIDE = (
 )
 
 
+_LOCK = threading.Lock()
+"""Every meter's: a report and the end of its request never interleave. One for all, so
+that no request allocates one; each holder only adds or reads one number."""
+
+
 class Meter:
     """The units one request reported: None until it reports, then their sum."""
 
-    __slots__ = ("_lock", "closed", "units")
+    __slots__ = ("closed", "units")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self.closed = False
         self.units: int | None = None
 
     def add(self, units: int) -> bool:
         """Count ``units``; False once the request is over."""
-        with self._lock:
+        with _LOCK:
             if self.closed:
                 return False
             self.units = units if self.units is None else self.units + units
@@ -47,7 +51,7 @@ class Meter:
 
     def close(self) -> int | None:
         """End the request's reporting: what it reported, None if nothing."""
-        with self._lock:
+        with _LOCK:
             self.closed = True
             return self.units
 
