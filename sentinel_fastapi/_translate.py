@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from starlette.authentication import SimpleUser
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection
@@ -63,11 +64,25 @@ class LazyCookies(Mapping[str, str]):
 
 def starlette_user(request: HTTPConnection) -> str | None:
     """The default ``identify``: the ``identity`` of the user Starlette's
-    ``AuthenticationMiddleware`` authenticated (``request.user``), None without one."""
+    ``AuthenticationMiddleware`` authenticated (``request.user``), None without one.
+
+    Raises:
+        TypeError: the app's user class does not implement ``identity``.
+    """
     user = request.scope.get("user")
     if user is None or not user.is_authenticated:
         return None
-    identity: str = user.identity
+    try:
+        identity: str = user.identity
+    except NotImplementedError:
+        # Older Starlette releases (0.46, which FastAPI 0.115 installs, among them) left
+        # `identity` unimplemented on their own SimpleUser; newer ones answer its username.
+        if isinstance(user, SimpleUser):
+            return user.username
+        raise TypeError(
+            f"{type(user).__name__} does not implement `identity` (Starlette's BaseUser "
+            "declares it): implement it, or pass Sentinel(config, identify=...)"
+        ) from None
     return identity
 
 

@@ -21,6 +21,7 @@ from starlette.requests import HTTPConnection
 
 from sentinel_core import Decision, DecisionReason
 from sentinel_fastapi import RateLimitExceeded, Sentinel, rate_limited
+from sentinel_fastapi._translate import starlette_user
 from tests.fastapi.conftest import client, lifespan
 from tests.support.docs import snippets
 from tests.support.users import USER_POLICY, api_key_user, user_config
@@ -243,3 +244,38 @@ def test_the_docs_api_key_lookup_names_an_account() -> None:
     key = next(iter(namespace["API_KEYS"]))
     assert lookup(HTTPConnection({"type": "http", "headers": [(b"x-api-key", key.encode())]}))
     assert lookup(HTTPConnection({"type": "http", "headers": []})) is None
+
+
+class _OldSimpleUser(SimpleUser):
+    """Starlette's SimpleUser as releases before ``identity`` was implemented have it
+    (0.46, which FastAPI 0.115 installs): the base class's property raises."""
+
+    @property
+    def identity(self) -> str:
+        raise NotImplementedError
+
+
+class _NamelessUser(BaseUser):
+    """An app's user class that implements everything but ``identity``."""
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def display_name(self) -> str:
+        return "someone"
+
+
+def _connection(user: BaseUser) -> HTTPConnection:
+    return HTTPConnection({"type": "http", "headers": [], "user": user})
+
+
+def test_starlettes_own_user_is_its_username_on_releases_without_identity() -> None:
+    assert starlette_user(_connection(_OldSimpleUser("alice"))) == "alice"
+    assert starlette_user(_connection(SimpleUser("alice"))) == "alice"
+
+
+def test_a_user_class_without_identity_is_a_clear_error() -> None:
+    with pytest.raises(TypeError, match="_NamelessUser does not implement `identity`"):
+        starlette_user(_connection(_NamelessUser()))
