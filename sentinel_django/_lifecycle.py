@@ -209,15 +209,9 @@ def serve(
     """The lifecycle around a view called by a decorator; the middleware, when it is
     installed, finishes the request (and converts an exception into a 500) itself.
 
-    The plain request (no middleware, no guard before this one: the decorator's usual
-    case) goes straight: its passage, one admission, the view, the fields; a request
-    another guard admitted first pays only for what it has not paid yet."""
-    passage: Passage | None = getattr(request, _PASSAGE, None)
-    if passage is None:
-        passage = Passage(middleware=False)
-        setattr(request, _PASSAGE, passage)  # a guard inside the view finds it
-    else:
-        charged = unpaid(passage, charged)
+    A request another guard admitted first pays only for what it has not paid yet."""
+    passage = passage_of(request)  # a guard inside the view finds it
+    charged = unpaid(passage, charged)
     if charged.endpoints:
         refused = admit(request, passage, runtime, charged)
         if refused is not None:
@@ -245,12 +239,8 @@ async def aserve(
     kwargs: dict[str, Any],
 ) -> Any:
     """`serve` for async views."""
-    passage: Passage | None = getattr(request, _PASSAGE, None)
-    if passage is None:
-        passage = Passage(middleware=False)
-        setattr(request, _PASSAGE, passage)
-    else:
-        charged = unpaid(passage, charged)
+    passage = passage_of(request)
+    charged = unpaid(passage, charged)
     if charged.endpoints:
         refused = await aadmit(request, passage, runtime, charged)
         if refused is not None:

@@ -61,14 +61,9 @@ def request_view(request: HttpRequest) -> RequestView:
     (proxies' headers are ignored: trusting them is the deployment's business)."""
     match = request.resolver_match
     meta = request.META
-    if match is None:
-        route = None
-    else:
-        template = match.route
-        route = _routes.get(template) or _routes.setdefault(template, route_of(template))
     return RequestView(
         method=request.method or "GET",
-        route=route,
+        route=None if match is None else _route_of_template(match.route),
         headers=MetaHeaders(meta),
         cookies=LazyCookies(request),
         peer=meta.get("REMOTE_ADDR"),
@@ -76,15 +71,14 @@ def request_view(request: HttpRequest) -> RequestView:
     )
 
 
-_routes: dict[str, str] = {}
-"""Resolved route template -> `route_of` it, made at the template's first request (a
-URLconf has a fixed set of templates)."""
-
-
 def route_of(template: str) -> str:
     """A resolved route template (``match.route``, ``"v1/items/<int:pk>"``) as the core
     spells routes: ``"/v1/items/<int:pk>"``."""
     return "/" + template.lstrip("/")
+
+
+_route_of_template = functools.lru_cache(maxsize=1024)(route_of)
+"""`route_of`, made once per template (a URLconf has a fixed set of them)."""
 
 
 class LazyCookies(Mapping[str, str]):
