@@ -130,24 +130,28 @@ class Admission:
         self.denial = denial
         """The response to answer instead of running the handler (401, 429, 503)."""
         self._run = run
-        # Nothing to tell the store after the handler: no count, no lease (the usual case).
-        self._completed = denial is not None or not any(map(_owes_completion, charges))
         self.meter: Meter | None = None
         """Where the handler's `sentinel_core.settle` calls add up (settle policies)."""
         self._alone: Charge | None = None
+        # The response's fields, made once: every charge's outcome joined.
+        fields: Sequence[tuple[str, str]]
+        if len(charges) == 1:  # the usual case, without the joining
+            outcome = charges[0].outcome
+            fields, self._cookie = outcome.headers, outcome.cookie
+            owes = _owes_completion(charges[0])
+        else:
+            outcomes = self.outcomes
+            fields = join_fields(outcomes)
+            self._cookie = next((o.cookie for o in outcomes if o.cookie is not None), None)
+            owes = any(map(_owes_completion, charges))
+        self._fields = fields
+        # Nothing to tell the store after the handler: no count, no lease (the usual case).
+        self._completed = denial is not None or not owes
         if not self._completed and any(map(_settles, charges)):
             self.meter = open_meter()
             if len(charges) == 1 and charges[0].policy.count is None:
                 # The usual settle request: settled directly, with no conversation.
                 self._alone = charges[0]
-        # The response's fields, made once: every charge's outcome joined.
-        if len(charges) == 1:  # the usual case, without the joining
-            outcome = charges[0].outcome
-            self._fields, self._cookie = list(outcome.headers), outcome.cookie
-            return
-        outcomes = self.outcomes
-        self._fields = join_fields(outcomes)
-        self._cookie = next((o.cookie for o in outcomes if o.cookie is not None), None)
 
     @property
     def allowed(self) -> bool:

@@ -159,6 +159,9 @@ class HttpLayer:
         self._clients = ClientAddresses(config.trusted_proxies)
         self._exemptions = Exemptions(config.exempt, hooks.exempt, on_exempt)
         self._jwt = JwtVerifier(config.jwt) if config.jwt is not None else None
+        self._exempts_nobody = not config.exempt.tenants and not config.exempt.networks
+        """No configured exemption: a tenant request needs neither its client address
+        nor an exemption check, unless a plugin identifies or exempts."""
         self.prefetches = config.jwt is not None and config.jwt.jwks is not None
         """Whether asyncio code must await `aprefetch_keys` before `prepare` (keys from a
         JWKS); without one there is nothing to fetch, and no coroutine to make."""
@@ -218,6 +221,13 @@ class HttpLayer:
         A plugin's `sentinel_identify` answer comes first; then the policy's built-in
         identity. Raises nothing for anything a client can send.
         """
+        hooks = self._hooks
+        if (
+            policy.identity is IdentityKind.TENANT
+            and self._exempts_nobody
+            and not (hooks.identifies or hooks.exempts)
+        ):
+            return self._tenant(request)  # the usual case: the bearer token alone
         # An unreadable forwarding header: limited as the proxy's address, never exempt.
         client, unreadable = self._clients.resolve(request.peer, request.headers)
         exempt = self._exemptions.by_request(request, policy, None if unreadable else client)
@@ -245,6 +255,11 @@ class HttpLayer:
             if user is None:  # no authenticated user: limited like an anonymous client
                 return self._anonymous(request, client)
             return build_prepared(tenant_identity(user), None)
+        return self._tenant(request)
+
+    def _tenant(self, request: RequestView) -> Prepared | Outcome:
+        """The tenant of the request's bearer token, or the 401 of a request without a
+        valid one."""
         if self._jwt is None:
             # Tenant identity came from a plugin that had none for this request.
             return unauthorized(AuthError(None, "credentials required"))
@@ -277,7 +292,8 @@ class HttpLayer:
         """
         headers = self._ratelimit_headers(decision)
         if decision.allowed:
-            return build_outcome(True, 200, tuple(headers), cookie=cookie, decision=decision)
+            # Positional (Outcome's field order): a third cheaper than keywords.
+            return build_outcome(True, 200, tuple(headers), b"", cookie, decision)
         status = 429 if decision.reason in _TOO_MANY else 503
         if decision.retry_after_seconds is not None:
             headers.insert(0, ("Retry-After", str(max(1, decision.retry_after_seconds))))
