@@ -18,7 +18,7 @@ fields, device cookie): the response is never buffered, so streaming responses s
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 import anyio
@@ -92,6 +92,9 @@ class RouteGuard:
             await response(scope, receive, send)
             return
         scope[ADMITTED] = guarded.ids
+        if not admission.owes_completion:  # the usual request: its end needs no watching
+            await self.inner(scope, receive, _WithFields(send, admission).send)
+            return
         respond = _Respond(send, admission)
         try:
             await self.inner(scope, receive, respond.send)
@@ -105,10 +108,36 @@ class RouteGuard:
             await admission.acomplete(CANCELLED)
 
 
+def _with_fields(start: Message, admission: Admission) -> Message:
+    """The ``http.response.start`` message with the admission's fields (and device
+    cookie) added to its headers."""
+    status = start["status"]
+    extra = raw_headers(admission.headers(status), admission.cookie(status))
+    return {**start, "headers": [*start.get("headers", ()), *extra]}
+
+
+class _WithFields:
+    """The ``send`` of an admitted request that owes the store nothing after the
+    handler: only the ``http.response.start`` message changes. A plain function that
+    hands back the downstream ``send``'s awaitable: no coroutine of its own per message."""
+
+    __slots__ = ("admission", "downstream")
+
+    def __init__(self, downstream: Send, admission: Admission) -> None:
+        self.downstream = downstream
+        self.admission = admission
+
+    def send(self, message: Message) -> Awaitable[None]:
+        if message["type"] == "http.response.start":
+            message = _with_fields(message, self.admission)
+        return self.downstream(message)
+
+
 class _Respond:
-    """The ``send`` an admitted request's route answers through: the admission's
-    fields (and device cookie) join the ``http.response.start`` message, and the
-    admission completes with the response's status after the last body chunk."""
+    """The ``send`` an admitted request's route answers through when its admission
+    owes the store a completion: the admission's fields join the
+    ``http.response.start`` message, and the admission completes with the response's
+    status after the last body chunk."""
 
     __slots__ = ("admission", "done", "downstream", "status")
 
@@ -121,11 +150,8 @@ class _Respond:
     async def send(self, message: Message) -> None:
         kind = message["type"]
         if kind == "http.response.start":
-            self.status = status = message["status"]
-            admission = self.admission
-            extra = raw_headers(admission.headers(status), admission.cookie(status))
-            message = {**message, "headers": [*message.get("headers", ()), *extra]}
-            await self.downstream(message)
+            self.status = message["status"]
+            await self.downstream(_with_fields(message, self.admission))
             return
         await self.downstream(message)
         if kind == "http.response.body" and not message.get("more_body", False):

@@ -158,6 +158,13 @@ class Admission:
         return self.denial is None
 
     @property
+    def owes_completion(self) -> bool:
+        """Whether `complete` still has something to tell the store (a ``count``
+        policy's consumption, a lease, a settlement). When it has not (the usual
+        request), an adapter need not watch for the end of the response."""
+        return not self._completed
+
+    @property
     def outcomes(self) -> tuple[Outcome, ...]:
         return tuple(charge.outcome for charge in self.charges)
 
