@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 from starlette.concurrency import run_in_threadpool
@@ -103,13 +103,15 @@ def _evaluated_signature(handler: Callable[..., Any]) -> inspect.Signature:
         return inspect.signature(handler)
 
 
-def rate_limit(endpoint_id: str) -> Callable[[Request], None]:
+def rate_limit(endpoint_id: str) -> Callable[[Request], Awaitable[None]]:
     """A dependency guarding the path operations it is given to with ``endpoint_id``:
     ``Depends(rate_limit("id"))`` on one operation, or in an ``APIRouter``'s (or the
     app's) ``dependencies=[...]`` for all of them. Charged once with a decorator or a
     ``routes`` entry naming the same id."""
 
-    def dependency(request: Request) -> None:
+    # async although it never awaits: FastAPI runs a plain function dependency in its
+    # thread pool, a thread hop per request for one lookup.
+    async def dependency(request: Request) -> None:
         require_admitted(request, endpoint_id)
 
     setattr(dependency, ENDPOINT_ATTRIBUTE, endpoint_id)

@@ -5,6 +5,7 @@ returns before its last body chunk, hands back its lease."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any
 
 import anyio
@@ -62,6 +63,12 @@ async def test_a_router_dependency_guards_every_operation_once_with_a_same_id_de
     assert first.headers["RateLimit"].startswith('"pdftalk.ingest";r=2;')
     assert ", " not in first.headers["RateLimit"]  # one id, charged once
     assert rest == [200, 200, 429]
+
+
+def test_the_dependency_runs_on_the_event_loop() -> None:
+    # FastAPI runs a plain function dependency in its thread pool: a thread hop for
+    # every request, to look up one scope key.
+    assert inspect.iscoroutinefunction(rate_limit("pdftalk.ingest"))
 
 
 async def test_a_dependency_without_init_app_fails_instead_of_serving_unguarded() -> None:
