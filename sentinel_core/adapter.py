@@ -8,7 +8,9 @@ handler, adds ``headers(status)`` and ``cookie(status)`` to the response, and ca
 ``complete``/``acomplete`` with the final status (a streamed body it iterates itself,
 elsewhere than the admission's context, goes through `metered` / `ametered` with the
 admission's ``meter``, so that its ``sentinel_core.settle`` calls count), or
-``withdraw``/``awithdraw`` when a later guard of the same request refused it. No rule of
+``withdraw``/``awithdraw`` when a later guard of the same request refused it. An
+admission whose ``owes_completion`` is false (a denial, or the usual allowed request)
+has nothing left to do there: an adapter may skip that step. No rule of
 SPEC §4 and §5 lives in an adapter; a fourth adapter is written against this module
 alone.
 

@@ -55,7 +55,7 @@ from ._guard import (
     ADMITTED,
     EXTENSION_KEY,
     Route,
-    complete,
+    complete_on_teardown,
     core_of,
     deny,
     finish_response,
@@ -126,7 +126,6 @@ class Sentinel:
             _AppHooks(app, core).before_request if core.config.enabled else pass_through
         )
         app.after_request(finish_response)
-        app.teardown_request(complete)
         app.cli.add_command(sentinel_commands(validate_app))
 
     def validate(self, app: Flask | None = None) -> None:
@@ -238,6 +237,8 @@ class _AppHooks:
         self.validated = False
         self.unguardable: frozenset[str] = frozenset()
         """Flask endpoints whose views name an id no policy guards: they fail alone."""
+        self.completes = False
+        """Whether the app's requests are completed at teardown (`_complete_from_now_on`)."""
         self._lock = threading.Lock()
         self._routes: dict[tuple[int, str], Route] = {}
         """(``id`` of the URL rule, method) -> what a request pays for, worked out at
@@ -266,9 +267,12 @@ class _AppHooks:
         admission = self._admit(request_view(native, route.template), route.endpoints)
         if admission.denial is not None:
             return deny(self._app, admission.denial)
-        state = g._get_current_object()
-        setattr(state, ADMISSION, admission)
-        setattr(state, ADMITTED, route.admitted)
+        # The namespace's own dict: `g`'s __setattr__ is a Python-level wrapper of it.
+        state = vars(g._get_current_object())
+        state[ADMISSION] = admission
+        state[ADMITTED] = route.admitted
+        if admission.owes_completion and not self.completes:
+            self._complete_from_now_on()
         return None
 
     def _route(self, native: Request, rule: Rule) -> Route:
@@ -279,6 +283,14 @@ class _AppHooks:
         route = Route(rule, _charged(app, core, native, view))
         self._routes[id(rule), native.method] = route
         return route
+
+    def _complete_from_now_on(self) -> None:
+        """At the first request that owes the store a completion step (a ``count``,
+        ``settle`` or concurrency policy, maybe one a plugin resolved): every request of
+        the app is completed at its teardown from then on. Before that no request owed
+        one, and none paid for Flask calling a teardown step that had nothing to do."""
+        complete_on_teardown(self._app)  # connecting twice is harmless: one receiver
+        self.completes = True
 
     def _validate_once(self) -> None:
         with self._lock:

@@ -3,9 +3,12 @@ fields in ``after_request``, completion when the response is closed.
 
 ``before_request`` admits the request once on every endpoint id it pays for (the
 core's rule: ``@rate_limited`` ids and the ``routes`` entry together). The decorator
-only checks that this happened. Completion runs in ``teardown_request`` with the final
-status (500 when the view raised and Flask propagated the exception), except for a
-streamed body, which completes when the WSGI server closes it, once it is sent.
+only checks that this happened. Completion runs when the request is torn down (Flask's
+``request_tearing_down`` signal) with the final status (500 when the view raised and
+Flask propagated the exception), except for a streamed body, which completes when the
+WSGI server closes it, once it is sent. Most requests owe no completion at all (no
+``count``, ``settle`` or concurrency policy): an app connects to the signal at the
+first request that does, so the others pay for no teardown step of Sentinel's.
 
 A body whose length is declared up front is not waited for, even when Werkzeug hands
 it over as an iterator: that is how every ``HTTPException``'s page reaches
@@ -22,7 +25,9 @@ it used (a download of known size reporting its bytes).
 
 from __future__ import annotations
 
-from flask import Flask, Response, g
+from typing import Any
+
+from flask import Flask, Response, g, request_tearing_down
 from werkzeug.routing import Rule
 from werkzeug.wsgi import ClosingIterator
 
@@ -110,8 +115,8 @@ def not_admitted(endpoint_id: str) -> RuntimeError:
 def finish_response(response: Response) -> Response:
     """``after_request``: the admission's fields on ``response``, and its completion
     once the server closes the response."""
-    state = g._get_current_object()
-    admission: Admission | None = getattr(state, ADMISSION, None)
+    state = vars(g._get_current_object())  # see `complete`
+    admission: Admission | None = state.get(ADMISSION)
     if admission is None:
         denial = state.pop(_DENIAL, None)
         if denial is not None:
@@ -119,11 +124,13 @@ def finish_response(response: Response) -> Response:
         return response
     status = response.status_code
     decorate_response(response, admission, status)
+    if not admission.owes_completion:
+        return response
     if response.is_streamed and not _not_waited_for(response, admission):
-        state.pop(ADMISSION)
+        del state[ADMISSION]
         response.call_on_close(lambda: admission.complete(response.status_code))
     else:
-        setattr(state, _STATUS, status)
+        state[_STATUS] = status
     return response
 
 
@@ -140,11 +147,16 @@ def _not_waited_for(response: Response, admission: Admission) -> bool:
     return admission.meter is None or isinstance(response.response, ClosingIterator)
 
 
-def complete(error: BaseException | None) -> None:
-    """``teardown_request``: complete the admission with the response's status, or as
-    a 500 when the view's exception propagated (no response)."""
+def complete(sender: Flask, exc: BaseException | None = None, **extra: Any) -> None:
+    """``request_tearing_down``: complete the admission with the response's status, or
+    as a 500 when the view's exception propagated (no response)."""
     # The namespace's own dict: `g.pop` and `g.get` are Python-level wrappers of it.
     state = vars(g._get_current_object())
     admission: Admission | None = state.pop(ADMISSION, None)
     if admission is not None:
-        admission.complete(SERVER_ERROR if error is not None else state.get(_STATUS, SERVER_ERROR))
+        admission.complete(SERVER_ERROR if exc is not None else state.get(_STATUS, SERVER_ERROR))
+
+
+def complete_on_teardown(app: Flask) -> None:
+    """Complete ``app``'s admissions when their request is torn down, from now on."""
+    request_tearing_down.connect(complete, app, weak=False)

@@ -152,6 +152,22 @@ def test_completion_hands_the_concurrency_lease_back_whatever_the_status() -> No
     assert after.allowed
 
 
+def test_only_an_admission_with_something_left_to_tell_the_store_owes_a_completion() -> None:
+    limiter = sentinel()
+    plain = limiter.admit(request_view(headers=AUTH), ["small"])
+    denied = limiter.admit(request_view(headers=AUTH), ["small"])
+    leased = limiter.admit(request_view(headers=AUTH), ["slots"])
+
+    owed_before = leased.owes_completion
+    leased.complete(200)
+
+    assert (plain.allowed, denied.allowed) == (True, False)
+    assert not plain.owes_completion
+    assert not denied.owes_completion
+    assert owed_before
+    assert not leased.owes_completion, "a completed admission owes nothing more"
+
+
 async def test_a_denial_on_a_later_id_hands_back_the_lease_taken_on_an_earlier_one() -> None:
     limiter = sentinel()
     await limiter.aadmit(request_view(headers=AUTH), ["small"])

@@ -159,9 +159,10 @@ class Admission:
 
     @property
     def owes_completion(self) -> bool:
-        """Whether `complete` still has something to tell the store (a ``count``
-        policy's consumption, a lease, a settlement). When it has not (the usual
-        request), an adapter need not watch for the end of the response."""
+        """Whether `complete` (or `withdraw`) still has something to tell the store (a
+        ``count`` policy's consumption, a lease, a settlement). When it has not (a
+        denial, the usual allowed request, an admission already completed), an adapter
+        need not watch for the end of the response nor take a completion step."""
         return not self._completed
 
     @property

@@ -10,7 +10,15 @@ import io
 from typing import Any
 
 import pytest
-from flask import Flask, Response, abort, jsonify, make_response, send_file
+from flask import (
+    Flask,
+    Response,
+    abort,
+    jsonify,
+    make_response,
+    request_tearing_down,
+    send_file,
+)
 from prometheus_client import CollectorRegistry
 
 from sentinel_flask import Sentinel, rate_limited
@@ -86,6 +94,11 @@ def leased_app(redis_url: str, **flask_config: Any) -> Flask:
     def login() -> str:
         abort(401)
 
+    @app.get("/plain")
+    @rate_limited("resumint.tailor")
+    def plain() -> str:
+        return "ok"
+
     Sentinel(registry=CollectorRegistry()).init_app(app)
     return app
 
@@ -124,6 +137,23 @@ def test_abort_401_is_counted_by_its_status(redis_url: str) -> None:
 
     app.extensions["sentinel"].close()
     assert statuses == [401, 401, 429, 429]
+
+
+def test_the_teardown_step_is_taken_from_the_first_request_that_owes_a_completion(
+    redis_url: str,
+) -> None:
+    app = leased_app(redis_url)
+    client = app.test_client()
+
+    plain = [client.get("/plain", headers=AUTH).status_code for _ in range(2)]
+    connected_after_plain = request_tearing_down.has_receivers_for(app)
+    counted = [client.post("/login", headers=AUTH).status_code for _ in range(3)]
+
+    app.extensions["sentinel"].close()
+    assert plain == [200, 200]
+    assert not connected_after_plain, "a request that owes nothing needs no teardown step"
+    assert counted == [401, 401, 429], "the first counted request was counted"
+    assert request_tearing_down.has_receivers_for(app)
 
 
 def test_validate_on_an_app_without_sentinel_says_to_call_init_app() -> None:
