@@ -34,13 +34,14 @@ def request_view(request: HTTPConnection, route: str | None) -> RequestView:
     """
     scope = request.scope
     client = scope.get("client")
+    # Positional (method, route, headers, cookies, peer, native): keywords cost twice.
     return RequestView(
-        method=scope["method"],
-        route=route,
-        headers=Headers(scope=scope),
-        cookies=LazyCookies(request),
-        peer=client[0] if client else None,
-        native=request,
+        scope["method"],
+        route,
+        Headers(scope=scope),
+        LazyCookies(request),
+        client[0] if client else None,
+        request,
     )
 
 
