@@ -3,6 +3,7 @@ and unfit Redis servers stop startup with a message, an unreachable Redis does n
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,12 @@ async def test_sentinel_closes_its_redis_connections_at_shutdown(
     async with serve(make_app(spec_config(redis_url))) as http:
         await http.post("/v1/ingest", headers={"Authorization": bearer("acme")})
         during = len(monitor.client_list())
+    # The server drops a closed connection when its event loop reads the FIN, a moment
+    # after the client closed it (a CLIENT LIST in between still lists it): wait for that.
+    for _ in range(1000):  # at most about 5 s
+        if len(monitor.client_list()) <= baseline:
+            break
+        await asyncio.sleep(0.005)
     after = len(monitor.client_list())
     monitor.close()
 
