@@ -17,11 +17,13 @@ import pytest
 
 from sentinel_core import Sentinel
 from sentinel_core.adapter import Cookie, Outcome
+from sentinel_core.http import _outcome as outcome_module
 from sentinel_core.http._outcome import (
     QUOTA_EXCEEDED,
     TEMPORARY_REDUCED_CAPACITY,
     ratelimit_headers,
 )
+from sentinel_core.identity._keys import tenant_identity
 from sentinel_core.testing import ratelimit_headers as parse_fields
 from tests.support.http import header, make_sentinel, request_view
 from tests.support.redis_server import free_port
@@ -376,3 +378,16 @@ async def test_without_a_jwks_there_is_no_key_to_prefetch() -> None:
         sentinel = make_sentinel({"redis_url": "memory://", "policies": {"ep": policy}, **extra})
         assert not sentinel.http.prefetches
         await sentinel.http.aprefetch_keys(request_view(headers={"authorization": "Bearer x"}))
+
+
+def test_each_tenant_keeps_its_own_identity_once_the_kept_tenants_are_forgotten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(outcome_module, "_TENANTS_KEPT", 2)
+    sentinel = make_sentinel(config("memory://", token_bucket()))
+    tenants = ["tenant-a", "tenant-b", "tenant-c", "tenant-d", "tenant-a"]
+
+    decisions = [call(sentinel, tenant).decision for tenant in tenants]
+
+    hashes = [decision.identity_hash for decision in decisions if decision is not None]
+    assert hashes == [tenant_identity(tenant).hash for tenant in tenants]

@@ -54,6 +54,7 @@ _TOO_MANY = frozenset({DecisionReason.RATE_LIMITED, DecisionReason.EMERGENCY_LOC
 _SF_SAFE = re.compile(r"[\x20-\x7e]*")
 _SF_PRINTABLE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 _PARTITION_KEY_BYTES = 12
+_TENANTS_KEPT = 4_096
 
 
 @dataclass(slots=True)  # not frozen: every request builds one, and frozen costs 2x to build
@@ -159,6 +160,9 @@ class HttpLayer:
         self._clients = ClientAddresses(config.trusted_proxies)
         self._exemptions = Exemptions(config.exempt, hooks.exempt, on_exempt)
         self._jwt = JwtVerifier(config.jwt) if config.jwt is not None else None
+        self._tenants: dict[str, Prepared] = {}
+        """Tenant -> its prepared request, for the most active tenants (immutable, so
+        shared by their requests; emptied when `_TENANTS_KEPT` are held)."""
         self._exempts_nobody = not config.exempt.tenants and not config.exempt.networks
         """No configured exemption: a tenant request needs neither its client address
         nor an exemption check, unless a plugin identifies or exempts."""
@@ -267,7 +271,12 @@ class HttpLayer:
             tenant = self._jwt.tenant_from_authorization(request.headers.get("authorization"))
         except AuthError as error:
             return unauthorized(error)
-        return build_prepared(tenant_identity(tenant), None)
+        prepared = self._tenants.get(tenant)
+        if prepared is None:
+            if len(self._tenants) >= _TENANTS_KEPT:
+                self._tenants.clear()
+            prepared = self._tenants[tenant] = build_prepared(tenant_identity(tenant), None)
+        return prepared
 
     def _user(self, request: RequestView) -> str | None:
         """The id of the user the application authenticated (``identify``), hashed
