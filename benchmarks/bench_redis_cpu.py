@@ -92,7 +92,12 @@ BARE: dict[str, tuple[str, tuple[int, ...]]] = {
     "`limits`' INCRBY + EXPIRE": (limits_storage.RedisStorage.SCRIPT_INCR_EXPIRE, (3_600, 1)),
     "Sentinel token bucket": (
         script(Algorithm.TOKEN_BUCKET.value).source,
-        (0, *bucket_parameters(Algorithm.TOKEN_BUCKET, Rate(1_000_000, 1), 10_000_000, 1)),
+        (
+            0,
+            *bucket_parameters(
+                Algorithm.TOKEN_BUCKET, Rate(1_000_000, 1), 10_000_000, 1, alone=True
+            ),
+        ),
     ),
     "Sentinel sliding window": (
         script(Algorithm.SLIDING_WINDOW.value).source,

@@ -208,7 +208,7 @@ class AsyncCalls(CallsBase):
         """
         policy, who = self._engine.policy(endpoint_id), as_identity(identity)
         call = admin_call(policy, who, Mode.PEEK, self._engine.calendars)
-        return peeked(policy, who, await self.async_store.arun(call))
+        return peeked(policy, who, call, await self.async_store.arun(call))
 
     async def areset(self, endpoint_id: str, identity: str | Identity) -> None:
         """Refill ``identity``'s buckets of ``endpoint_id`` (an administrative action:

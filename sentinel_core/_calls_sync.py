@@ -179,7 +179,7 @@ class SyncCalls(CallsBase):
         """
         policy, who = self._engine.policy(endpoint_id), as_identity(identity)
         call = admin_call(policy, who, Mode.PEEK, self._engine.calendars)
-        return peeked(policy, who, self.store.run(call))
+        return peeked(policy, who, call, self.store.run(call))
 
     def reset(self, endpoint_id: str, identity: str | Identity) -> None:
         """Refill ``identity``'s buckets of ``endpoint_id`` (an administrative action:

@@ -41,14 +41,17 @@ def call_for(tenant: str) -> ScriptCall:
     )
 
 
+def read(call: ScriptCall, raw: object) -> ScriptReply:
+    return ScriptReply.read(raw, call.args, POLICY.cost, POLICY.burst)
+
+
 def test_a_bucket_reads_back_until_its_ttl_and_then_starts_full_again() -> None:
     clock = Clock()
     store = MemoryStore(clock_us=clock)
     call = call_for("tenant-a")
     (key,) = call.keys
 
-    first, second, third = (store.run(call) for _ in range(3))
-    replies = [ScriptReply(*raw) for raw in (first, second, third)]
+    replies = [read(call, store.run(call)) for _ in range(3)]
     assert [reply.allowed for reply in replies] == [1, 1, 0]
     assert store.get(key) is not None
     assert store.get("sentinel:v1:{unknown}:api.read:1") is None
@@ -56,7 +59,7 @@ def test_a_bucket_reads_back_until_its_ttl_and_then_starts_full_again() -> None:
     clock.now += 60 * MICRO  # far past the time a 2-token bucket takes to refill
 
     assert store.get(key) is None
-    fresh = ScriptReply(*store.run(call))
+    fresh = read(call, store.run(call))
     assert fresh.allowed == 1
     assert fresh.remaining == 1  # remaining: a full burst of 2, less this request
 

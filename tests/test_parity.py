@@ -5,7 +5,11 @@ keys, in the modes decide, peek and reset, and prior states injected with SET: f
 stale, from the future, corrupt or of another type). For
 every call the real script runs on a private redis-server; the reference is then fed
 the states the keys held just before and the ``TIME`` the script returned, and must
-predict the reply exactly, the state written and its TTL.
+predict the reply exactly, the state written and its TTL. A one-key token bucket's
+reply (`OneKeyReply`, what Sentinel sends such a call for) leaves ``TIME`` out: its
+``TIME`` is the instant, between two reads of the server's clock around the call, at
+which the reference gives that reply and those writes; one-key calls are also sent with
+the full parameter set, whose array reply carries it.
 
 Keys can expire on their own between the reads and the call (a token bucket's TTL can
 be one millisecond). The scripts are built so that expiry changes nothing: a state that
@@ -16,6 +20,7 @@ promise: at ``now + wait_us`` the same states admit, and not a microsecond soone
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -27,7 +32,15 @@ from hypothesis import strategies as st
 
 from sentinel_core._models import MICRO, Algorithm, Rate
 from sentinel_core.store._redis import RedisStore
-from sentinel_core.store._reference import WRONG_TYPE, Mode, ScriptReply, State, window_state
+from sentinel_core.store._reference import (
+    WRONG_TYPE,
+    Mode,
+    OneKeyReply,
+    ScriptReply,
+    State,
+    Write,
+    window_state,
+)
 from sentinel_core.store._scripts import ScriptCall, bucket_parameters, run_reference
 from tests.support.redis_server import RedisServer
 
@@ -85,17 +98,40 @@ PARITY_SETTINGS = settings(
 
 @dataclass(frozen=True)
 class Case:
-    """One bucket's parameters, with the scale of its time (for drawing timestamps)."""
+    """One bucket's policy: its algorithm, rate, capacity and cost."""
 
     algorithm: Algorithm
-    params: tuple[int, ...]
-    span_us: int
-    """A token bucket's time from empty to full, or a sliding window's length."""
+    rate: Rate
     limit: int
+    """A token bucket's burst, or a sliding window's limit per window."""
     cost: int
 
-    def call(self, keys: tuple[str, ...], mode: Mode = Mode.DECIDE) -> ScriptCall:
-        return ScriptCall(self.algorithm, keys, (int(mode), *self.params * len(keys)))
+    @property
+    def params(self) -> tuple[int, ...]:
+        """The bucket's full parameter set."""
+        return bucket_parameters(self.algorithm, self.rate, self.limit, self.cost)
+
+    @property
+    def span_us(self) -> int:
+        """A token bucket's time from empty to full, or a sliding window's length (the
+        scale of its time, for drawing timestamps)."""
+        if self.algorithm is Algorithm.TOKEN_BUCKET:
+            inc, tau, _, _ = self.params
+            return tau + inc
+        return self.rate.period_seconds * MICRO
+
+    def call(
+        self, keys: tuple[str, ...], mode: Mode = Mode.DECIDE, *, full: bool = False
+    ) -> ScriptCall:
+        """A call over ``keys`` as Sentinel makes it (one key: the lean set, whose reply a
+        token bucket makes a `OneKeyReply`), or with every set ``full``."""
+        alone = len(keys) == 1 and not full
+        own = bucket_parameters(self.algorithm, self.rate, self.limit, self.cost, alone=alone)
+        return ScriptCall(self.algorithm, keys, (int(mode), *own * len(keys)))
+
+    def read(self, call: ScriptCall, raw: object) -> ScriptReply:
+        """The reply ``raw`` to ``call``, as the decision reads it."""
+        return ScriptReply.read(raw, call.args, self.cost, self.limit)
 
 
 @st.composite
@@ -104,9 +140,7 @@ def token_bucket_cases(draw: st.DrawFn) -> Case:
     count = draw(st.sampled_from([1, 2, 3, 7, 1_000, 10_000]))
     period = draw(st.sampled_from([1, 60, 3_600]))
     cost = draw(st.integers(1, burst))
-    params = bucket_parameters(Algorithm.TOKEN_BUCKET, Rate(count, period), burst, cost)
-    inc, tau, _, _ = params
-    return Case(Algorithm.TOKEN_BUCKET, params, tau + inc, burst, cost)
+    return Case(Algorithm.TOKEN_BUCKET, Rate(count, period), burst, cost)
 
 
 @st.composite
@@ -114,8 +148,7 @@ def sliding_window_cases(draw: st.DrawFn) -> Case:
     limit = draw(st.integers(1, 8))
     period = draw(st.sampled_from([1, 60, 3_600]))
     cost = draw(st.integers(1, limit))
-    params = bucket_parameters(Algorithm.SLIDING_WINDOW, Rate(limit, period), limit, cost)
-    return Case(Algorithm.SLIDING_WINDOW, params, period * MICRO, limit, cost)
+    return Case(Algorithm.SLIDING_WINDOW, Rate(limit, period), limit, cost)
 
 
 cases = st.one_of(token_bucket_cases(), sliding_window_cases())
@@ -181,6 +214,8 @@ def state_specs(case: Case) -> st.SearchStrategy[StateSpec]:
 class Call:
     key_set: tuple[int, ...]
     mode: Mode = Mode.DECIDE
+    full: bool = False
+    """Send a one-key call's full parameter set (its reply: the array)."""
 
 
 @dataclass(frozen=True)
@@ -197,7 +232,7 @@ MODES = st.sampled_from([Mode.DECIDE, Mode.DECIDE, Mode.DECIDE, Mode.PEEK, Mode.
 @st.composite
 def scenarios(draw: st.DrawFn) -> tuple[Case, list[Operation]]:
     case = draw(cases)
-    calls = st.builds(Call, st.sampled_from(KEY_SETS), MODES)
+    calls = st.builds(Call, st.sampled_from(KEY_SETS), MODES, st.booleans())
     injects = st.builds(Inject, st.integers(0, len(KEYS) - 1), state_specs(case))
     operations = draw(st.lists(st.one_of(calls, calls, calls, injects), min_size=1, max_size=24))
     return case, operations
@@ -256,15 +291,23 @@ def server_time_us(client: redis.Redis) -> int:
 # -- the parity check ----------------------------------------------------------------------
 
 
-def check_one_call(store: RedisStore, client: redis.Redis, call: ScriptCall) -> ScriptReply:
-    """Run ``call`` on Redis and hold its reply and writes against the reference."""
+def check_one_call(
+    store: RedisStore, client: redis.Redis, case: Case, call: ScriptCall
+) -> ScriptReply:
+    """Run ``call`` of ``case`` on Redis and hold its reply and writes against the reference."""
     before = snapshot(client, call.keys)
     raw = store.run(call)
     after = snapshot(client, call.keys)
 
-    reply = ScriptReply(*raw)
-    expected, writes = run_reference(call, before.values, reply.now_us)
-    assert reply == expected, f"states {before.values} at {reply.now_us}"
+    if isinstance(raw, int):
+        now = time_of(call, raw, before, after)
+        expected, writes = run_reference(call, before.values, now)
+        assert raw == expected, f"states {before.values} at {now}"
+        reply = case.read(call, raw)
+    else:
+        reply = ScriptReply(*raw)
+        expected, writes = run_reference(call, before.values, reply.now_us)
+        assert reply == expected, f"states {before.values} at {reply.now_us}"
     elapsed_ms = after.time_us // 1_000 - before.time_us // 1_000
 
     if writes is None:  # a denial or a peek writes nothing: same value, no TTL extension
@@ -293,6 +336,20 @@ def check_one_call(store: RedisStore, client: redis.Redis, call: ScriptCall) -> 
     return reply
 
 
+def time_of(call: ScriptCall, raw: OneKeyReply, before: Snapshot, after: Snapshot) -> int:
+    """The ``TIME`` the `OneKeyReply` ``raw`` to ``call`` was made at, which it leaves out:
+    the first instant between the two snapshots at which the reference gives this reply
+    and writes what the keys hold (or held: a TTL of a millisecond can run out)."""
+    for now in range(before.time_us, after.time_us + 1):
+        expected, writes = run_reference(call, before.values, now)
+        held = all(after.values[write.index] in (None, write.value) for write in writes or ())
+        if expected == raw and held:
+            return now
+    raise AssertionError(
+        f"no instant from {before.time_us} to {after.time_us} gives {raw}: {before.values}"
+    )
+
+
 def run_scenario(
     store: RedisStore, client: redis.Redis, case: Case, operations: Sequence[Operation]
 ) -> list[ScriptReply]:
@@ -309,7 +366,8 @@ def run_scenario(
             client.set(key, operation.state.render(case, server_time_us(client)))
         else:
             keys = tuple(KEYS[index] for index in operation.key_set)
-            replies.append(check_one_call(store, client, case.call(keys, operation.mode)))
+            call = case.call(keys, operation.mode, full=operation.full)
+            replies.append(check_one_call(store, client, case, call))
     return replies
 
 
@@ -331,8 +389,7 @@ def test_token_bucket_parity_on_fast_refilling_buckets(
     store: RedisStore, client: redis.Redis, case: Case, calls: list[tuple[int, ...]]
 ) -> None:
     # 2000 tokens per second: refills happen between two calls, denials too
-    params = bucket_parameters(Algorithm.TOKEN_BUCKET, Rate(2_000, 1), case.limit, case.cost)
-    fast = Case(case.algorithm, params, params[0] + params[1], case.limit, case.cost)
+    fast = Case(case.algorithm, Rate(2_000, 1), case.limit, case.cost)
     run_scenario(store, client, fast, [Call(key_set) for key_set in calls])
 
 
@@ -349,28 +406,19 @@ def test_sliding_window_parity_on_full_windows(
     run_scenario(store, client, case, operations)
 
 
-TOKEN_BUCKET_3_PER_3H = Case(
-    Algorithm.TOKEN_BUCKET,
-    bucket_parameters(Algorithm.TOKEN_BUCKET, Rate(1, 3_600), 3, 1),
-    3 * 3_600 * MICRO,
-    3,
-    1,
-)
-SLIDING_WINDOW_3_PER_H = Case(
-    Algorithm.SLIDING_WINDOW,
-    bucket_parameters(Algorithm.SLIDING_WINDOW, Rate(3, 3_600), 3, 1),
-    3_600 * MICRO,
-    3,
-    1,
-)
+TOKEN_BUCKET_3_PER_3H = Case(Algorithm.TOKEN_BUCKET, Rate(1, 3_600), 3, 1)
+SLIDING_WINDOW_3_PER_H = Case(Algorithm.SLIDING_WINDOW, Rate(3, 3_600), 3, 1)
 
 
 def test_sequence_exhausts_then_denies_on_both_scripts(
     store: RedisStore, client: redis.Redis
 ) -> None:
-    """A deterministic anchor: burst 3 at one per hour admits three, then denies."""
-    for case in (TOKEN_BUCKET_3_PER_3H, SLIDING_WINDOW_3_PER_H):
-        replies = run_scenario(store, client, case, [Call((0, 1))] * 5)
+    """A deterministic anchor: burst 3 at one per hour admits three, then denies (over
+    two keys, and over one: a token bucket's `OneKeyReply`, read back)."""
+    for case, key_set in itertools.product(
+        (TOKEN_BUCKET_3_PER_3H, SLIDING_WINDOW_3_PER_H), ((0, 1), (0,))
+    ):
+        replies = run_scenario(store, client, case, [Call(key_set)] * 5)
         assert [reply.allowed for reply in replies] == [1, 1, 1, 0, 0]
         assert [reply.remaining for reply in replies[:3]] == [2, 1, 0]
         assert all(reply.retry_after_seconds >= 1 for reply in replies[3:])
@@ -383,12 +431,12 @@ def test_peek_writes_nothing_and_reset_refills(store: RedisStore, client: redis.
         peeks = run_scenario(store, client, case, [*spend, Call((0,), Mode.PEEK)])
         assert peeks[-1].allowed == 0
         value, ttl = client.get(KEYS[0]), client.pttl(KEYS[0])
-        again = check_one_call(store, client, case.call((KEYS[0],), Mode.PEEK))
+        again = check_one_call(store, client, case, case.call((KEYS[0],), Mode.PEEK))
         assert again.allowed == 0
         assert client.get(KEYS[0]) == value
         assert 0 <= ttl - client.pttl(KEYS[0]) <= 50
-        check_one_call(store, client, case.call((KEYS[0],), Mode.RESET))
-        after = [check_one_call(store, client, case.call((KEYS[0],))) for _ in range(4)]
+        check_one_call(store, client, case, case.call((KEYS[0],), Mode.RESET))
+        after = [check_one_call(store, client, case, case.call((KEYS[0],))) for _ in range(4)]
         assert [reply.allowed for reply in after] == [1, 1, 1, 0]
 
 
@@ -397,20 +445,8 @@ def test_denial_by_one_bucket_leaves_the_other_untouched(
 ) -> None:
     """The anonymous AND: the IP bucket is empty, so the device bucket is not charged."""
     for case in (
-        Case(
-            Algorithm.TOKEN_BUCKET,
-            bucket_parameters(Algorithm.TOKEN_BUCKET, Rate(1, 3_600), 2, 1),
-            2 * 3_600 * MICRO,
-            2,
-            1,
-        ),
-        Case(
-            Algorithm.SLIDING_WINDOW,
-            bucket_parameters(Algorithm.SLIDING_WINDOW, Rate(2, 3_600), 2, 1),
-            3_600 * MICRO,
-            2,
-            1,
-        ),
+        Case(Algorithm.TOKEN_BUCKET, Rate(1, 3_600), 2, 1),
+        Case(Algorithm.SLIDING_WINDOW, Rate(2, 3_600), 2, 1),
     ):
         replies = run_scenario(store, client, case, [Call((2, 1)), Call((2, 1)), Call((0, 1))])
         assert [reply.allowed for reply in replies] == [1, 1, 0]
@@ -421,10 +457,20 @@ def test_denial_by_one_bucket_leaves_the_other_untouched(
 # -- properties of the references (pure, no Redis) -----------------------------------------
 
 NOW = st.integers(1_600_000_000 * MICRO, 2_000_000_000 * MICRO)
+Situation = tuple[Case, ScriptCall, list[State], int]
+"""A policy, a call of it, the states of its keys, and the clock."""
+
+
+def decide(
+    case: Case, call: ScriptCall, states: Sequence[State], now: int
+) -> tuple[ScriptReply, list[Write] | None]:
+    """The reference's reply to ``call`` (read, as the decision reads it) and its writes."""
+    raw, writes = run_reference(call, states, now)
+    return case.read(call, raw), writes
 
 
 @st.composite
-def reference_situations(draw: st.DrawFn) -> tuple[ScriptCall, list[State], int]:
+def reference_situations(draw: st.DrawFn) -> Situation:
     case = draw(cases)
     now = draw(NOW)
     specs = draw(st.lists(st.one_of(st.none(), state_specs(case)), min_size=1, max_size=2))
@@ -433,7 +479,7 @@ def reference_situations(draw: st.DrawFn) -> tuple[ScriptCall, list[State], int]
         for spec in specs
     ]
     keys = tuple(f"k{index}" for index in range(len(states)))
-    return case.call(keys), states, now
+    return case, case.call(keys), states, now
 
 
 def _from_this_clock(spec: StateSpec | None, case: Case) -> bool:
@@ -458,7 +504,7 @@ def _from_this_clock(spec: StateSpec | None, case: Case) -> bool:
 
 
 @st.composite
-def clock_situations(draw: st.DrawFn) -> tuple[ScriptCall, list[State], int]:
+def clock_situations(draw: st.DrawFn) -> Situation:
     case = draw(cases)
     now = draw(NOW)
     specs = draw(st.lists(st.one_of(st.none(), state_specs(case)), min_size=1, max_size=2))
@@ -468,16 +514,16 @@ def clock_situations(draw: st.DrawFn) -> tuple[ScriptCall, list[State], int]:
         for spec in specs
     ]
     keys = tuple(f"k{index}" for index in range(len(states)))
-    return case.call(keys), states, now
+    return case, case.call(keys), states, now
 
 
 @settings(max_examples=300, deadline=None)
 @given(situation=clock_situations())
 def test_the_wait_is_exactly_when_the_buckets_admit_again(
-    situation: tuple[ScriptCall, list[State], int],
+    situation: Situation,
 ) -> None:
-    call, states, now = situation
-    reply, writes = run_reference(call, states, now)
+    case, call, states, now = situation
+    reply, writes = decide(case, call, states, now)
     if reply.allowed:
         assert reply.wait_us == reply.retry_after_seconds == 0
         assert writes is not None
@@ -485,22 +531,22 @@ def test_the_wait_is_exactly_when_the_buckets_admit_again(
     assert writes is None
     assert reply.wait_us >= 1
     assert reply.retry_after_seconds == -(-reply.wait_us // MICRO)
-    later, _ = run_reference(call, states, now + reply.wait_us)
+    later, _ = decide(case, call, states, now + reply.wait_us)
     assert later.allowed, f"still denied {reply.wait_us} us later: {states}"
-    sooner, _ = run_reference(call, states, now + reply.wait_us - 1)
+    sooner, _ = decide(case, call, states, now + reply.wait_us - 1)
     assert not sooner.allowed, f"admitted before {reply.wait_us} us: {states}"
 
 
 @settings(max_examples=300, deadline=None)
 @given(situation=reference_situations())
 def test_retry_after_stays_within_the_policy_horizon(
-    situation: tuple[ScriptCall, list[State], int],
+    situation: Situation,
 ) -> None:
     """Whatever a bucket holds (garbage, a TAT or a window far in the future), a denial
     never asks for more than one request's refill time or three windows (two, plus the
     wait for a window ahead of TIME)."""
-    call, states, now = situation
-    reply, _ = run_reference(call, states, now)
+    case, call, states, now = situation
+    reply, _ = decide(case, call, states, now)
     inc_or_window = call.args[1] if call.algorithm is Algorithm.TOKEN_BUCKET else call.args[2]
     horizon = inc_or_window if call.algorithm is Algorithm.TOKEN_BUCKET else 3 * inc_or_window
     assert reply.wait_us <= horizon
@@ -509,9 +555,9 @@ def test_retry_after_stays_within_the_policy_horizon(
 @settings(max_examples=200, deadline=None)
 @given(situation=reference_situations())
 def test_a_state_past_its_ttl_decides_like_an_absent_key(
-    situation: tuple[ScriptCall, list[State], int],
+    situation: Situation,
 ) -> None:
-    call, states, now = situation
+    _, call, states, now = situation
     _, writes = run_reference(call, states, now)
     if writes is None:
         return
@@ -527,13 +573,29 @@ def test_a_state_past_its_ttl_decides_like_an_absent_key(
 @settings(max_examples=200, deadline=None)
 @given(case=cases, now=NOW)
 def test_an_empty_key_is_a_full_bucket(case: Case, now: int) -> None:
-    reply, writes = run_reference(case.call(("k",)), [None], now)
+    reply, writes = decide(case, case.call(("k",)), [None], now)
     assert reply.allowed
     assert reply.remaining == case.limit - case.cost
     assert writes is not None
     assert writes[0].ttl_ms >= 1
-    assert run_reference(case.call(("k",)), [WRONG_TYPE], now) == (reply, writes)
+    assert decide(case, case.call(("k",)), [WRONG_TYPE], now) == (reply, writes)
     assert repr(WRONG_TYPE) == "WRONG_TYPE"
+
+
+@settings(max_examples=300, deadline=None)
+@given(situation=reference_situations(), mode=MODES)
+def test_a_one_key_reply_reads_as_the_full_reply(situation: Situation, mode: Mode) -> None:
+    """A `OneKeyReply` (a one-key call without cost and burst) says everything the array
+    of the same call with them says, but TIME: read with the policy's cost and burst, it
+    is that array with ``now_us`` 0, and the writes are the same."""
+    case, _, states, now = situation
+    lean, full = case.call(("k",), mode), case.call(("k",), mode, full=True)
+    raw, writes = run_reference(lean, states[:1], now)
+    array, full_writes = run_reference(full, states[:1], now)
+    assert isinstance(array, ScriptReply)
+    assert isinstance(raw, int) == (case.algorithm is Algorithm.TOKEN_BUCKET)
+    assert case.read(lean, raw) == (array._replace(now_us=0) if isinstance(raw, int) else array)
+    assert writes == full_writes
 
 
 @PARITY_SETTINGS
@@ -548,7 +610,7 @@ def test_per_key_parameter_sets_match_the_reference(
     client.delete(*keys)
     call = ScriptCall(device.algorithm, keys, (0, *device.params, *network.params))
     for _ in range(data.draw(st.integers(1, 12))):
-        check_one_call(store, client, call)
+        check_one_call(store, client, device, call)
 
 
 @pytest.mark.parametrize(
@@ -563,13 +625,7 @@ def test_sliding_window_parity_on_counts_of_ten_digits(
     store: RedisStore, client: redis.Redis, current: int, previous: int
 ) -> None:
     limit = 5_000_000_000  # per second: (limit + cost) x window stays below 2^53
-    case = Case(
-        Algorithm.SLIDING_WINDOW,
-        bucket_parameters(Algorithm.SLIDING_WINDOW, Rate(limit, 1), limit, 1),
-        MICRO,
-        limit,
-        1,
-    )
+    case = Case(Algorithm.SLIDING_WINDOW, Rate(limit, 1), limit, 1)
     operations: list[Operation] = [
         Inject(0, StateSpec(first=current, second=previous)),
         *[Call((0,))] * 3,

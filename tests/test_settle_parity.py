@@ -32,6 +32,7 @@ from tests.test_parity import (
     GARBAGE_STATES,
     KEYS,
     PARITY_SETTINGS,
+    Case,
     check_one_call,
     server_time_us,
     snapshot,
@@ -214,31 +215,34 @@ def test_a_quota_settlement_outside_its_period_table_is_an_error_reply(
 
 
 @st.composite
-def debt_admissions(draw: st.DrawFn) -> tuple[ScriptCall, list[int]]:
-    """A settle policy's admission over two keys in debt (or not), any mode."""
+def debt_admissions(draw: st.DrawFn) -> tuple[Case, ScriptCall, list[int]]:
+    """A settle policy's admission over one key or two in debt (or not), any mode (one
+    token bucket's key: the set without cost and burst, answered by a `OneKeyReply`)."""
     algorithm = draw(st.sampled_from([Algorithm.TOKEN_BUCKET, Algorithm.SLIDING_WINDOW]))
     rate, burst = draw(RATES), draw(st.integers(1, 8))
     if algorithm is Algorithm.SLIDING_WINDOW:  # a window's limit is its rate's count
         rate = Rate(burst, rate.period_seconds)
     cost = draw(st.integers(1, burst))
-    params = bucket_parameters(algorithm, rate, burst, cost, settle=True)
+    keys = draw(st.sampled_from([1, 2]))
+    params = bucket_parameters(algorithm, rate, burst, cost, settle=True, alone=keys == 1)
     mode = draw(st.sampled_from([Mode.DECIDE, Mode.DECIDE, Mode.PEEK, Mode.RESET]))
-    spread = params[4] if algorithm is Algorithm.TOKEN_BUCKET else 2 * burst + 1
-    levels = draw(st.lists(st.integers(0, spread + 1), min_size=2, max_size=2))
-    return ScriptCall(algorithm, KEYS[:2], (int(mode), *params * 2)), levels
+    spread = debt_horizon(rate, burst) if algorithm is Algorithm.TOKEN_BUCKET else 2 * burst + 1
+    levels = draw(st.lists(st.integers(0, spread + 1), min_size=keys, max_size=keys))
+    call = ScriptCall(algorithm, KEYS[:keys], (int(mode), *params * keys))
+    return Case(algorithm, rate, burst, cost), call, levels
 
 
 @PARITY_SETTINGS
 @given(admission=debt_admissions())
 def test_admissions_of_buckets_in_debt_match_the_reference(
-    store: RedisStore, client: redis.Redis, admission: tuple[ScriptCall, list[int]]
+    store: RedisStore, client: redis.Redis, admission: tuple[Case, ScriptCall, list[int]]
 ) -> None:
-    call, levels = admission
+    case, call, levels = admission
     now = server_time_us(client)
     for key, level in zip(call.keys, levels, strict=True):
         if call.algorithm is Algorithm.TOKEN_BUCKET:
             inject(client, key, str(now + level))
         else:
             inject(client, key, window_state(level, level // 2, now // call.args[2]))
-    reply = check_one_call(store, client, call)
+    reply = check_one_call(store, client, case, call)
     assert reply.remaining >= 0

@@ -51,9 +51,10 @@ def admin_call(policy: Policy, identity: Identity, mode: Mode, calendars: Calend
     return ScriptCall(policy.algorithm, keys, script_args(policy, mode, len(keys)))
 
 
-def peeked(policy: Policy, identity: Identity, raw_reply: Any) -> Decision:
-    """The `Decision` of a peek's reply, as `Attempt.succeeded` would build it."""
-    reply = ScriptReply(*raw_reply)
+def peeked(policy: Policy, identity: Identity, call: ScriptCall, raw_reply: Any) -> Decision:
+    """The `Decision` of the reply to the peek ``call``, as `Attempt.succeeded` would
+    build it."""
+    reply = ScriptReply.read(raw_reply, call.args, policy.cost, policy.burst)
     index = (reply.binding - 1) % len(policy.limits) if policy.layers else 0
     allowed = bool(reply.allowed)
     return Decision(

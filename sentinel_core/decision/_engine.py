@@ -51,7 +51,7 @@ from sentinel_core.errors import (
 from sentinel_core.identity._keys import Identity
 from sentinel_core.resilience._breaker import CircuitBreaker, Permit
 from sentinel_core.resilience._emergency import EmergencyLimiter
-from sentinel_core.store._reference import Mode, ScriptReply
+from sentinel_core.store._reference import Mode, ScriptReply, tokens_left, whole_seconds
 from sentinel_core.store._scripts import ScriptCall, build_script_call, script_args
 
 
@@ -228,10 +228,17 @@ class Attempt:
     def succeeded(self, raw_reply: Any) -> Decision:
         """Redis answered: the script's verdict is the decision."""
         assert self.permit is not None
-        reply = ScriptReply(*raw_reply)
         self._engine.breaker.record_success(self.permit)
+        policy = self.policy
+        call = self._call  # sent (the decision's, or its peek: the same parameters)
+        assert call is not None
+        if raw_reply.__class__ is int and raw_reply > 0:  # a one-key token bucket admits:
+            # the straight line (a OneKeyReply), no ScriptReply to build
+            left = tokens_left(raw_reply, call.args[1], policy.cost, policy.burst)
+            return self._finish(True, DecisionReason.ALLOWED, left, None, whole_seconds(raw_reply))
+        reply = ScriptReply.read(raw_reply, call.args, policy.cost, policy.burst)
         # Layered limits: the bucket closest to binding is the reply's binding key.
-        index = (reply.binding - 1) % len(self.policy.limits) if self.policy.layers else 0
+        index = (reply.binding - 1) % len(policy.limits) if policy.layers else 0
         if reply.allowed:
             return self._finish(
                 True,

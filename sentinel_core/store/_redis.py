@@ -178,7 +178,7 @@ class MemoryStore:
                     raw, writes = run_settle_reference(call, states, now)
                 else:
                     reply, writes = run_reference(call, states, now)
-                    raw = list(reply)
+                    raw = reply if isinstance(reply, int) else list(reply)
             for write in writes or ():
                 self._data[call.keys[write.index]] = (write.value, now + write.ttl_ms * 1_000)
                 self._writes += 1

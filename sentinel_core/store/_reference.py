@@ -1,5 +1,6 @@
 """Pure-Python twins of the Lua scripts, with the same integer arithmetic, and the one
-definition of the scripts' reply (`ScriptReply`).
+definition of the scripts' replies (`ScriptReply`, and a one-key token bucket's
+`OneKeyReply`).
 
 The twins serve two purposes: the embedded ``memory://`` store runs them, and the parity
 tests feed them the ``TIME`` and prior state a script saw and compare the results.
@@ -15,7 +16,7 @@ import enum
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sentinel_core._models import MICRO
 
@@ -46,19 +47,40 @@ class Mode(enum.IntEnum):
     """Write every bucket as full (or empty windows), whatever it held."""
 
 
+OneKeyReply = int
+"""What a token-bucket call of one key answers when its parameter set leaves out cost
+and burst (``lua/token_bucket.lua``): admitted, the microseconds until the bucket is full
+(at least 1); denied, minus the microseconds until the same cost can be admitted again
+(the bucket is full that plus tau later). Redis writes an integer for less than a table,
+and the caller, which knows cost and burst, computes the tokens left (`tokens_left`)."""
+
+
+def tokens_left(debt_us: int, inc: int, cost: int, burst: int) -> int:
+    """The tokens left in a token bucket full in ``debt_us``: burst - ceil(debt_us / inc)
+    * cost, at least 0 (a settle policy's bucket may be in debt)."""
+    return max(0, burst + debt_us // -inc * cost)
+
+
+def whole_seconds(us: int) -> int:
+    """Microseconds rounded up to whole seconds: never before the instant they count to."""
+    return -(-us // MICRO)
+
+
 class ScriptReply(NamedTuple):
     """What a script returns, field for field in the order the Lua scripts return it.
 
-    ``ScriptReply(*raw)`` reads a raw reply; this field order is the one definition of
-    the layout. ``binding`` (0-based here, 1-based in Lua's reply and read as is, so
-    subtract 1) names the bucket whose ``remaining`` and ``reset_us`` are reported: the
-    one with the fewest requests left, ties going to the longest until it is full.
+    ``ScriptReply(*raw)`` reads a raw array reply (`read` any reply, a `OneKeyReply`
+    too); this field order is the one definition of the layout. ``binding`` (0-based
+    here, 1-based in Lua's reply and read as is, so subtract 1) names the bucket whose
+    ``remaining`` and ``reset_us`` are reported: the one with the fewest requests left,
+    ties going to the longest until it is full.
     """
 
     allowed: int
     """1 admitted (and charged, unless peeking), 0 denied (nothing written)."""
     now_us: int
-    """The script's ``TIME``, microseconds since the epoch."""
+    """The script's ``TIME``, microseconds since the epoch (0 when read from a
+    `OneKeyReply`, which leaves it out)."""
     remaining: int
     """Tokens (token bucket) or requests (sliding window) left in the binding bucket."""
     reset_us: int
@@ -78,10 +100,27 @@ class ScriptReply(NamedTuple):
         """A raw reply whose numbers may come as strings or floats (tests, tools)."""
         return cls(*(int(value) for value in raw))
 
+    @classmethod
+    def read(cls, raw: Any, args: Sequence[int], cost: int, burst: int) -> ScriptReply:
+        """The reply ``raw`` to a call with ARGV ``args`` of a policy of ``cost`` and
+        ``burst``: a `OneKeyReply` (``now_us`` 0: it leaves TIME out), or the array."""
+        if not isinstance(raw, int):
+            return cls(*raw)
+        inc, tau = args[1], args[2]
+        if raw > 0:
+            return cls(1, 0, tokens_left(raw, inc, cost, burst), raw, 0, 1)
+        wait = -raw
+        return cls(0, 0, tokens_left(wait + tau, inc, cost, burst), wait + tau, wait, 1, wait)
+
+    def one_key(self) -> OneKeyReply:
+        """This reply as a `OneKeyReply` (what `read` reads back, TIME and the tokens
+        left aside)."""
+        return self.reset_us if self.allowed else -self.wait_us
+
     @property
     def retry_after_seconds(self) -> int:
         """Retry-After: whole seconds, at least 1, never before ``wait_us``; 0 when allowed."""
-        return max(1, -(-self.wait_us // MICRO)) if not self.allowed else 0
+        return max(1, whole_seconds(self.wait_us)) if not self.allowed else 0
 
     @property
     def reset_seconds(self) -> int:
@@ -90,7 +129,7 @@ class ScriptReply(NamedTuple):
         client that waits ``t`` is not denied again for the same reason). A full sliding
         window ends before it admits again, while the previous window still weighs; a
         layered call waits for its slowest limit, not only the binding one."""
-        reset = -(-self.reset_us // MICRO)
+        reset = whole_seconds(self.reset_us)
         return reset if self.allowed else max(reset, self.retry_after_seconds)
 
 
@@ -143,17 +182,19 @@ def token_bucket(
     now_us: int,
     params: Sequence[TokenBucketParams],
     mode: Mode = Mode.DECIDE,
-) -> tuple[ScriptReply, list[Write] | None]:
+) -> tuple[ScriptReply | OneKeyReply, list[Write] | None]:
     """The reference of ``lua/token_bucket.lua`` (see its header for the contract);
-    ``params[i]`` are the parameters of the bucket whose state is ``states[i]``."""
+    ``params[i]`` are the parameters of the bucket whose state is ``states[i]``: a
+    `OneKeyReply` when they leave out cost and burst (one key), else a `ScriptReply`."""
     allowed = True
     wait_us = 0
     lefts: list[int] = []
     resets: list[int] = []
     writes: list[Write] = []
+    reports_left = len(params[0]) > 3
     for index, (state, bucket) in enumerate(zip(states, params, strict=True)):
-        inc, tau, cost, burst = bucket[:4]
-        horizon = bucket[4] if len(bucket) > 4 else tau + inc
+        inc, tau = bucket[:2]
+        horizon = bucket[-1] if len(bucket) % 2 else tau + inc
         tat = now_us
         if mode is not Mode.RESET and isinstance(state, str) and _TAT_STATE.fullmatch(state):
             stored = int(state)
@@ -164,17 +205,16 @@ def token_bucket(
         if debt > tau:
             allowed = False
             wait_us = max(wait_us, debt - tau)
-            # burst - ceil(debt / inc) * cost, at least 0 (a settle policy's debt)
-            lefts.append(max(0, burst + debt // -inc * cost))
-            resets.append(debt)
-            continue
-        lefts.append(burst + (debt + inc) // -inc * cost)
-        resets.append(debt + inc)
-        if mode is Mode.RESET:
-            writes.append(Write(index, str(now_us), 1))
         else:
-            writes.append(Write(index, str(tat + inc), -(-(debt + inc) // 1000)))
-    return _finish(mode, allowed, now_us, lefts, resets, wait_us, writes, last_wait_us)
+            debt += inc
+            if mode is Mode.RESET:
+                writes.append(Write(index, str(now_us), 1))
+            else:
+                writes.append(Write(index, str(tat + inc), -(-debt // 1000)))
+        resets.append(debt)
+        lefts.append(tokens_left(debt, inc, *bucket[2:4]) if reports_left else 0)
+    reply, written = _finish(mode, allowed, now_us, lefts, resets, wait_us, writes, last_wait_us)
+    return (reply if reports_left else reply.one_key()), written
 
 
 def _window_counts(state: State, index: int, ceiling: int) -> tuple[int, int, int]:

@@ -14,7 +14,7 @@ from importlib.resources import files
 
 from sentinel_core._models import MICRO, Algorithm, Policy, Rate, frozen_builder
 from sentinel_core.store import _reference
-from sentinel_core.store._reference import Mode, ScriptReply, State, Write
+from sentinel_core.store._reference import Mode, OneKeyReply, ScriptReply, State, Write
 from sentinel_core.store._reference_extra import run_extra
 from sentinel_core.store._reference_settle import settle
 
@@ -81,16 +81,28 @@ build_script_call = frozen_builder(ScriptCall)
 
 
 def bucket_parameters(
-    algorithm: Algorithm, rate: Rate, burst: int, cost: int, settle: bool = False
+    algorithm: Algorithm,
+    rate: Rate,
+    burst: int,
+    cost: int,
+    settle: bool = False,
+    *,
+    alone: bool = False,
 ) -> tuple[int, ...]:
     """One bucket's parameter set in ARGV (see the scripts' headers); a settle policy's
-    ends with the horizon (token bucket) or the ceiling (sliding window) of its debt."""
+    ends with the horizon (token bucket) or the ceiling (sliding window) of its debt. A
+    token bucket ``alone`` in its call leaves out cost and burst: its reply is then a
+    `OneKeyReply`, read with the policy's own."""
     period_us = rate.period_seconds * MICRO
     if algorithm is Algorithm.TOKEN_BUCKET:
         # GCRA: a request's cost refills in inc us (rounded up: never faster than the
         # rate), and floor(burst / cost) requests fit in a burst.
         inc = -(-cost * period_us // rate.count)
-        own = (inc, (burst // cost - 1) * inc, cost, burst)
+        own = (
+            (inc, (burst // cost - 1) * inc)
+            if alone
+            else (inc, (burst // cost - 1) * inc, cost, burst)
+        )
         return (*own, debt_horizon(rate, burst)) if settle else own
     return (burst, period_us, cost, 2 * burst) if settle else (burst, period_us, cost)
 
@@ -124,10 +136,11 @@ def key_limits(policy: Policy, keys: int) -> tuple[tuple[Rate, int], ...]:
 @lru_cache(maxsize=1_024)  # bounded: a plugin may mint a policy per request
 def script_args(policy: Policy, mode: Mode = Mode.DECIDE, keys: int = 1) -> tuple[int, ...]:
     """The ARGV of a call of ``policy`` over ``keys`` buckets (see each script's header):
-    the mode, then each bucket's parameters (see `key_limits`)."""
+    the mode, then each bucket's parameters (see `key_limits`; a token bucket's one key
+    without cost and burst: `OneKeyReply`)."""
     algorithm, cost, settle = policy.algorithm, policy.cost, policy.settle
     sets = (
-        bucket_parameters(algorithm, rate, burst, cost, settle)
+        bucket_parameters(algorithm, rate, burst, cost, settle, alone=keys == 1)
         for rate, burst in key_limits(policy, keys)
     )
     return (int(mode), *(arg for parameters in sets for arg in parameters))
@@ -135,7 +148,7 @@ def script_args(policy: Policy, mode: Mode = Mode.DECIDE, keys: int = 1) -> tupl
 
 def run_reference(
     call: ScriptCall, states: Sequence[State], now_us: int
-) -> tuple[ScriptReply, list[Write] | None]:
+) -> tuple[ScriptReply | OneKeyReply, list[Write] | None]:
     """What the script of ``call`` would answer given these states and this TIME."""
     if call.algorithm in (Algorithm.CONCURRENCY, Algorithm.QUOTA):
         strings = [state if isinstance(state, str) else None for state in states]

@@ -5,6 +5,10 @@ Times are wall-clock microseconds (``time.time_ns``), the clock Redis ``TIME`` r
 the same host, so the parent can line up the process's decisions with the store's. The
 local denials run on that clock too (injected), and each thread notes the reading its
 last lookup was decided at: the instant a local denial is checked at.
+
+A one-key token bucket's reply (`OneKeyReply`) leaves the store's TIME out: such a call
+is sent with its full parameter set (cost and burst too), whose array reply carries it,
+and the engine is handed the `OneKeyReply` that array stands for.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ import time
 from typing import Any
 
 from sentinel_core import AnonymousIdentity, Identity, IdentityKind, Sentinel, TenantIdentity
+from sentinel_core._models import Algorithm, Policy
 from sentinel_core.store._reference import ScriptReply
-from sentinel_core.store._scripts import ScriptCall
+from sentinel_core.store._scripts import ScriptCall, bucket_parameters
 
 _sentinels: dict[str, Sentinel] = {}
 
@@ -39,6 +44,14 @@ def _sentinel(config: dict[str, Any]) -> Sentinel:
     return sentinel
 
 
+def with_time(call: ScriptCall, policy: Policy) -> ScriptCall:
+    """``call``, asking for a reply that carries the store's TIME (an array)."""
+    if call.algorithm is not Algorithm.TOKEN_BUCKET or len(call.keys) > 1:
+        return call
+    bucket = bucket_parameters(call.algorithm, policy.rate, policy.burst, policy.cost)
+    return ScriptCall(call.algorithm, call.keys, (call.args[0], *bucket))
+
+
 Admission = tuple[int, ScriptCall]
 """The store's TIME (us) of an admission, and the call it admitted."""
 LocalDenial = tuple[int, ScriptCall]
@@ -56,17 +69,19 @@ def run_schedule(
     process answered locally."""
     sentinel = _sentinel(config)
     store = sentinel.store
-    anonymous = sentinel.policy(endpoint_id).identity is IdentityKind.ANONYMOUS
+    policy = sentinel.policy(endpoint_id)
+    anonymous = policy.identity is IdentityKind.ANONYMOUS
     admitted: list[Admission] = []
     local: list[LocalDenial] = []
     plain_run = store.run
 
     def run(call: ScriptCall) -> Any:
-        reply = plain_run(call)
+        sent = with_time(call, policy)
+        reply = plain_run(sent)
         parsed = ScriptReply(*reply)
         if parsed.allowed:
-            admitted.append((parsed.now_us, call))
-        return reply
+            admitted.append((parsed.now_us, sent))
+        return reply if sent is call else parsed.one_key()
 
     def identity(device: int) -> Identity:
         return (
@@ -86,7 +101,7 @@ def run_schedule(
             decision = sentinel.evaluate(endpoint_id, who)
             if decision.local:
                 call = sentinel._engine.script_call(decision.policy, who)
-                local.append((_lookups.last_ns // 1_000, call))
+                local.append((_lookups.last_ns // 1_000, with_time(call, policy)))
 
     try:
         threads = [threading.Thread(target=worker, args=(s,)) for s in schedules]
