@@ -18,8 +18,9 @@ per algorithm after 100 admitted hits.
 
 Run from the repository root::
 
-    python -m benchmarks.bench_core            # about a minute
-    python -m benchmarks.bench_core --quick    # a smoke run
+    python -m benchmarks.bench_core               # about a minute
+    python -m benchmarks.bench_core --quick       # a smoke run
+    python -m benchmarks.bench_core --in-process  # the in-process work only: seconds
 """
 
 from __future__ import annotations
@@ -179,8 +180,9 @@ async def measure(url: str, rounds: int, per_round: int) -> Measured:
     # Sentinel's token-bucket script with its real keys and arguments, without any of
     # Sentinel's Python: splits Sentinel's cost into the script's and the library's.
     # (Sentinel's own private engine, as in the tests: what is measured is its parts.)
+    engine = sentinel._engine  # noqa: SLF001
     script_calls = itertools.cycle(
-        [sentinel._engine.begin(TB, TenantIdentity(f"raw-{i}")).call for i in range(POOL)]  # noqa: SLF001
+        [engine.begin(engine.endpoint(TB), TenantIdentity(f"raw-{i}")).call for i in range(POOL)]
     )
 
     def raw_script() -> None:
@@ -228,32 +230,56 @@ async def measure(url: str, rounds: int, per_round: int) -> Measured:
     return Measured(stats, contenders.denied, server_us)
 
 
+class RecordedClient:
+    """A Redis client that answers every command with one recorded reply, at once."""
+
+    def __init__(self, reply: Any) -> None:
+        self.reply = reply
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        return self.reply
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
 def in_process(url: str, calls: int) -> dict[str, Stats]:
     """The decision's work in this process, without the Redis round trip.
 
     The engine's three steps on a recorded script reply: policy, keys and breaker
     permit (``begin``), the script call's arguments, then reply parsing, breaker
     bookkeeping, the `Decision` and the observers (``succeeded``). The tenant id is
-    hashed per call as in ``evaluate``.
+    hashed per call as in ``evaluate``. Then the whole of ``Sentinel.evaluate`` (tenant
+    identity, the call sent to the store's client, the decision), its Redis client
+    answering the recorded reply at once.
     """
     shipped = Sentinel(sentinel_config(url), registry=CollectorRegistry(), entry_points=False)
     bare = Sentinel(sentinel_config(url), registry=CollectorRegistry(), entry_points=False)
     for name in ("sentinel.metrics", "sentinel.logging"):
         bare.plugin_manager.unregister(name=name)
-    attempt = shipped._engine.begin(TB, TenantIdentity("recorded"))  # noqa: SLF001 (our own)
-    reply = shipped.store.run(attempt.call)
+    engine = shipped._engine  # noqa: SLF001 (our own)
+    attempt = engine.begin(engine.endpoint(TB), TenantIdentity("recorded"))
+    reply = shipped.store.run(attempt.call)  # what this tree's script answers an admission
     attempt.succeeded(reply)
 
     def work(sentinel: Sentinel) -> Callable[[], object]:
         tenants = identities("in-process")
         engine = sentinel._engine  # noqa: SLF001 (Sentinel's own engine, measured alone)
-        return lambda: engine.begin(TB, TenantIdentity(next(tenants))).succeeded(reply)
+        endpoint = engine.endpoint(TB)
+        return lambda: engine.begin(endpoint, TenantIdentity(next(tenants))).succeeded(reply)
+
+    def evaluate(sentinel: Sentinel) -> Callable[[], object]:
+        tenants = identities("evaluate")
+        sentinel.store.client = RecordedClient(reply)  # type: ignore[attr-defined]
+        return lambda: sentinel.evaluate(TB, next(tenants))
 
     try:
         return run_rounds(
             {
-                "as shipped": work(shipped),
-                "no built-in plugins": work(bare),
+                "begin + succeeded, as shipped": work(shipped),
+                "begin + succeeded, no built-in plugins": work(bare),
+                "evaluate on a recorded reply, as shipped": evaluate(shipped),
+                "evaluate on a recorded reply, no built-in plugins": evaluate(bare),
             },
             rounds=5,
             per_round=calls // 5,
@@ -261,6 +287,13 @@ def in_process(url: str, calls: int) -> dict[str, Stats]:
     finally:
         shipped.close()
         bare.close()
+
+
+def in_process_table(local: dict[str, Stats]) -> str:
+    return markdown_table(
+        ["set-up", "calls", "p50 µs", "p99 µs"],
+        [(name, item.count, item.p50_us, item.p99_us) for name, item in local.items()],
+    )
 
 
 def memory_usage(url: str) -> list[tuple[str, int, str]]:
@@ -375,12 +408,10 @@ def report(measured: Measured, local: dict[str, Stats], memory: list[tuple[str, 
     lines += [
         "",
         "In-process work of one sync token-bucket decision, no I/O (engine, keys, reply"
-        " parsing, Decision, observers; the script reply is a recorded one):",
+        " parsing, Decision, observers; the script reply is a recorded one; evaluate: the"
+        " whole call, its Redis client answering that reply at once):",
         "",
-        markdown_table(
-            ["set-up", "calls", "p50 µs", "p99 µs"],
-            [(name, item.count, item.p50_us, item.p99_us) for name, item in local.items()],
-        ),
+        in_process_table(local),
     ]
     lines += [
         "",
@@ -396,8 +427,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="3 short rounds: a smoke run")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--per-round", type=int, default=500)
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="only the in-process work (a recorded reply, no round trip): seconds",
+    )
     args = parser.parse_args(argv)
     rounds, per_round = (3, 200) if args.quick else (args.rounds, args.per_round)
+    if args.in_process:
+        with private_redis() as server:
+            local = in_process(server.url, 200_000)
+        print(f"Machine: {machine_note()}\n")
+        print(in_process_table(local))
+        return 0
     with private_redis() as server:
         measured = asyncio.run(measure(server.url, rounds, per_round))
         local = in_process(server.url, 20_000)
