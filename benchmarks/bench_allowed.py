@@ -6,6 +6,13 @@ process through the framework's own test client, on one private redis-server:
 * ``bare``: an unguarded view returning a tiny JSON body;
 * ``floor``: the same view doing one bare ``EVALSHA`` of ``return 1`` (redis-py, sync for
   Flask and Django, asyncio for FastAPI): the least any Redis-backed limiter can add;
+* ``floor-invariants``: the same view's bare ``EVALSHA`` of the least script that keeps
+  SPEC §3's invariants (``TIME``, ``GET`` of a key shaped like Sentinel's, ``SET ... PX``,
+  an integer back): the least a limiter with Sentinel's guarantees can add;
+* ``floor-script``: the same view's bare ``EVALSHA`` of Sentinel's own script with the
+  keys and arguments Sentinel sends for the ``sentinel`` view's request (built by
+  Sentinel's helpers, on the same bucket): what the script costs a view with no limiter's
+  Python around it;
 * ``sentinel``: the view under ``@rate_limited``, a tenant (JWT) token bucket whose limit
   is far above what one process sends: an allowed request;
 * ``sentinel-denied``: the same with a limit of 1 a day: a denied request (after the
@@ -24,7 +31,9 @@ A worker runs every variant in each round, in a fresh random order; with ``--bef
 the two trees' workers alternate round after round (never concurrently), so machine
 noise spreads over all. Reported per variant: the p50 it adds over ``bare``, and that as
 a multiple of what ``floor`` adds (``sentinel`` is the figure docs/benchmarks.md
-quotes); for ``sentinel-stubbed`` the added p50 is Sentinel's own Python.
+quotes); for ``sentinel-stubbed`` the added p50 is Sentinel's own Python. Under the
+table, ``sentinel`` again as a multiple of what ``floor-script`` adds: x what the same
+script costs a bare view, i.e. what Sentinel's Python and adapter add to its Redis call.
 
     python benchmarks/bench_allowed.py [--rounds 10] [--requests 200]
         [--frameworks flask fastapi django] [--before /path/to/older/source/tree]
@@ -40,14 +49,25 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 JWT_KEY = "benchmark-jwt-key-0123456789abcdef-0123456789"
+TENANT = "tenant-42"
+"""The JWT ``sub`` every guarded request carries: the one tenant Sentinel limits."""
 NEVER_DENY = 1_000_000
 ROOT = Path(__file__).resolve().parents[1]
+FLOORS = ("floor", "floor-invariants", "floor-script")
+"""The variants whose view does one bare ``EVALSHA`` (see `Floor`), on the unguarded app."""
+INVARIANTS = """local time = redis.call('TIME')
+local state = redis.pcall('GET', KEYS[1])
+redis.call('SET', KEYS[1], time[1] * 1000000 + time[2], 'PX', 60000)
+return 1"""
+"""``floor-invariants``' script: TIME, GET and SET ... PX and nothing else, what SPEC §3
+makes every decision run (bench_redis_cpu's ``TIME + GET + SET PX only``)."""
 SENTINEL_VARIANTS = (
     "sentinel",
     "sentinel-settle",
@@ -77,13 +97,13 @@ after the ``sentinel`` view."""
 
 
 def variants(framework: str) -> tuple[str, ...]:
-    return ("bare", "floor", *SENTINEL_VARIANTS, *PEERS[framework])
+    return ("bare", *FLOORS, *SENTINEL_VARIANTS, *PEERS[framework])
 
 
 def token() -> str:
     import jwt
 
-    claims = {"sub": "tenant-42", "exp": int(time.time()) + 3600}
+    claims = {"sub": TENANT, "exp": int(time.time()) + 3600}
     return str(jwt.encode(claims, JWT_KEY, "HS256"))
 
 
@@ -176,6 +196,74 @@ def stubbed(*stores: Any, asynchronous: bool) -> Iterator[None]:
             store.client = client
 
 
+# -- the floors: one bare EVALSHA in an unguarded view -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """One script call a floor view makes: the script's source, its KEYS and ARGV."""
+
+    source: str
+    keys: tuple[str, ...] = ()
+    args: tuple[int, ...] = ()
+
+    def command(self, sha: str) -> tuple[str | int, ...]:
+        """The arguments of redis-py's ``evalsha`` for this call of the script ``sha``."""
+        return (sha, len(self.keys), *self.keys, *self.args)
+
+
+def floors(redis_url: str) -> dict[str, Floor]:
+    """Each floor variant's call. ``floor-script``'s is what Sentinel sends for the
+    ``sentinel`` view's request (`TENANT` on ``bench.work``): the same key, ARGV and
+    script, built by the helpers Sentinel's engine builds them with (`script_args` as an
+    older ``--before`` tree spells it too: a tenant's one key, decided)."""
+    from sentinel_core import load_config
+    from sentinel_core.identity._keys import TenantIdentity
+    from sentinel_core.store._scripts import ScriptCall, script_args
+
+    policy = load_config(sentinel_config(redis_url)).policies["bench.work"]
+    identity = TenantIdentity(TENANT)
+    sentinel = ScriptCall(policy.algorithm, identity.bucket_keys(policy), script_args(policy))
+    return {
+        "floor": Floor("return 1"),
+        "floor-invariants": Floor(INVARIANTS, (f"sentinel:v1:{{{identity.hash}}}:bench.floor:1",)),
+        "floor-script": Floor(sentinel.script.source, sentinel.keys, sentinel.args),
+    }
+
+
+def admits(reply: Any) -> bool:
+    """Whether a floor's script answered "allowed": ``return 1``, and a token bucket's
+    reply (an integer above 0 to one key without cost and burst, else an array)."""
+    return bool(reply[0] == 1 if isinstance(reply, list) else reply > 0)
+
+
+def sync_floor_view(client: Any, floor: Floor, respond: Callable[..., Any]) -> Callable[..., Any]:
+    """A view (Flask's or Django's) that makes ``floor``'s call on the blocking redis-py
+    ``client``, then answers as ``respond`` does."""
+    command = floor.command(client.script_load(floor.source))
+    if not admits(client.evalsha(*command)):
+        raise AssertionError(f"{floor.source[:20]!r}... did not admit")
+
+    def view(*args: Any) -> Any:
+        client.evalsha(*command)
+        return respond(*args)
+
+    return view
+
+
+async def async_floor_view(client: Any, floor: Floor) -> Callable[[], Awaitable[dict[str, bool]]]:
+    """A FastAPI view that awaits ``floor``'s call on the redis.asyncio ``client``."""
+    command = floor.command(await client.script_load(floor.source))
+    if not admits(await client.evalsha(*command)):
+        raise AssertionError(f"{floor.source[:20]!r}... did not admit")
+
+    async def view() -> dict[str, bool]:
+        await client.evalsha(*command)
+        return {"ok": True}
+
+    return view
+
+
 # -- one app per framework, every variant a route of it --------------------------------------
 
 Send = Callable[[str], int]
@@ -191,17 +279,14 @@ def flask_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
     from sentinel_flask import Sentinel, rate_limited
 
     client = redis.Redis.from_url(redis_url)
-    floor_sha = client.script_load("return 1")
     plain = Flask("plain")  # no limiter's hooks on the unguarded and floor views
 
     @plain.post("/bare")
     def bare() -> dict[str, bool]:
         return {"ok": True}
 
-    @plain.post("/floor")
-    def floor() -> dict[str, bool]:
-        client.evalsha(floor_sha, 0)
-        return {"ok": True}
+    for name, floor in floors(redis_url).items():
+        plain.add_url_rule(f"/{name}", name, sync_floor_view(client, floor, bare), methods=["POST"])
 
     guarded, settling = Flask("sentinel"), Flask("sentinel-settle")
     for app in (guarded, settling):
@@ -224,8 +309,7 @@ def flask_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
 
     clients = {app: app.test_client() for app in (plain, guarded, settling, peer)}
     by_route = {
-        "/bare": (clients[plain], "/bare"),
-        "/floor": (clients[plain], "/floor"),
+        **{f"/{name}": (clients[plain], f"/{name}") for name in ("bare", *FLOORS)},
         "/sentinel": (clients[guarded], "/sentinel"),
         "/sentinel-denied": (clients[guarded], "/sentinel-denied"),
         "/sentinel-settle": (clients[settling], "/sentinel"),
@@ -257,7 +341,6 @@ def fastapi_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
 
     loop = asyncio.new_event_loop()
     client = redis.asyncio.Redis.from_url(redis_url)
-    floor_sha = loop.run_until_complete(client.script_load("return 1"))
     # The unguarded, floor and peer views on one app with no middleware; Sentinel's on
     # its own app, since its middleware sees every request of the app it guards.
     plain = FastAPI()
@@ -266,10 +349,8 @@ def fastapi_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
     async def bare() -> dict[str, bool]:
         return {"ok": True}
 
-    @plain.post("/floor")
-    async def floor() -> dict[str, bool]:
-        await client.evalsha(floor_sha, 0)
-        return {"ok": True}
+    for name, floor in floors(redis_url).items():
+        plain.post(f"/{name}")(loop.run_until_complete(async_floor_view(client, floor)))
 
     slow = SlowLimiter(
         key_func=lambda request: verified_sub(request.headers.get("authorization")),
@@ -361,13 +442,8 @@ def django_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
     from sentinel_django import conf, rate_limited
 
     client = redis.Redis.from_url(redis_url)
-    floor_sha = client.script_load("return 1")
 
     def bare(request: HttpRequest) -> JsonResponse:
-        return JsonResponse({"ok": True})
-
-    def floor(request: HttpRequest) -> JsonResponse:
-        client.evalsha(floor_sha, 0)
         return JsonResponse({"ok": True})
 
     def peer_key(group: str, request: HttpRequest) -> str:
@@ -376,7 +452,10 @@ def django_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
     urlpatterns.extend(
         [
             path("bare", bare),
-            path("floor", floor),
+            *(
+                path(name, sync_floor_view(client, floor, bare))
+                for name, floor in floors(redis_url).items()
+            ),
             path("sentinel", rate_limited("bench.work")(bare)),
             path("sentinel-settle", rate_limited(SETTLE)(bare)),
             path("sentinel-denied", rate_limited("bench.denied")(bare)),
@@ -531,6 +610,11 @@ def table(framework: str, results: dict[str, dict[str, tuple[float, float]]]) ->
             else:
                 cells.append(f"{added:,.1f} ({ratio:.2f} x)")
         lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    over_script = ", ".join(
+        f"{name} {results[name]['sentinel'][0] / results[name]['floor-script'][0]:.2f} x"
+        for name in names
+    )
+    lines.append(f"\nsentinel: {over_script} what the same script costs a bare view (floor-script)")
     return "\n".join(lines)
 
 
