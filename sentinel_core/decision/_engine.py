@@ -52,7 +52,7 @@ from sentinel_core.identity._keys import Identity
 from sentinel_core.resilience._breaker import CircuitBreaker, Permit
 from sentinel_core.resilience._emergency import EmergencyLimiter
 from sentinel_core.store._reference import Mode, ScriptReply, tokens_left, whole_seconds
-from sentinel_core.store._scripts import ScriptCall, build_script_call, script_args
+from sentinel_core.store._scripts import ScriptCall, script_args
 
 
 def classify(exc: StoreError) -> DecisionReason:
@@ -117,7 +117,10 @@ class DecisionEngine:
             return Attempt(self, policy, identity, permit, request, started, check=check)
         # A check files and finds its denials under the decision's own call: the same
         # bucket, cost and rates, whichever of the two the store denied.
-        call = self.script_call(policy, identity)
+        if policy is endpoint.policy and endpoint.bucket_call:  # nearly every request
+            call = endpoint.decide_call(identity)
+        else:
+            call = self.script_call(policy, identity)
         now = local.clock_ns()  # before the request is sent: see _local_denials
         remembered = local.lookup(call.keys, call.args, now)
         permit = None if remembered is not None else self.breaker.acquire()
@@ -134,12 +137,12 @@ class DecisionEngine:
         if policy.algorithm is Algorithm.QUOTA:
             return self.calendars.quota_call(policy, identity)
         # Hashing a Policy (for script_args' cache) costs more than building the keys:
-        # the configured policy, nearly always the one resolved, has its arguments
-        # compiled on its endpoint.
-        keys = identity.bucket_keys(policy)
+        # the configured policy, nearly always the one resolved, has its call compiled
+        # on its endpoint.
         endpoint = self.endpoints.get(policy.endpoint_id)
         if endpoint is not None and endpoint.policy is policy:
-            return build_script_call(policy.algorithm, keys, endpoint.decide_args(len(keys)))
+            return endpoint.decide_call(identity)
+        keys = identity.bucket_keys(policy)
         return ScriptCall(policy.algorithm, keys, script_args(policy, Mode.DECIDE, len(keys)))
 
 
