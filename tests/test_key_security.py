@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import ipaddress
 
 import pytest
@@ -24,6 +25,7 @@ from sentinel_core.identity._keys import (
     TenantIdentity,
     anonymous_key_secret,
     compact_hash,
+    keyed_hash,
 )
 from tests.conftest import make_config
 from tests.support.redis_server import RedisServer
@@ -155,3 +157,16 @@ def test_memory_usage_of_one_bucket(
     usage = client.memory_usage(key)
     assert usage is not None
     assert usage <= most, f"{algorithm}: {usage} B for {key!r} = {client.get(key)!r}"
+
+
+def test_a_keyed_hash_is_the_hmac_sha256_of_the_value_under_its_own_secret() -> None:
+    """Hashes under two secrets, interleaved (each secret's keyed state is kept and
+    copied): each is HMAC-SHA256 under its own secret, 128 bits in base64url."""
+    secrets = [anonymous_key_secret(SECRET), anonymous_key_secret("another-" + SECRET)]
+    values = ["192.0.2.7", "device-1|192.0.2.7", "2001:db8:1234:5678::/64"]
+
+    for value in values:
+        for secret in secrets:
+            expected = hmac.new(secret, value.encode(), hashlib.sha256).digest()[:16]
+            assert keyed_hash(secret, value) == base64.urlsafe_b64encode(expected).decode()[:22]
+    assert keyed_hash(secrets[0], values[0]) != keyed_hash(secrets[1], values[0])
