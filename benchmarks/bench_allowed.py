@@ -24,6 +24,9 @@ process through the framework's own test client, on one private redis-server:
   a stub that answers "allowed" at once: Sentinel's own Python per allowed request;
 * ``sentinel-settle-stubbed``: the same for the ``sentinel-settle`` view: the
   reservation's own Python beside the plain policy's;
+* ``sentinel-depends`` and ``sentinel-depends-stubbed`` (FastAPI only): the
+  ``sentinel`` view's policy named by ``Depends(rate_limit(...))`` in the route's
+  ``dependencies`` instead of ``@rate_limited``, on an app of its own;
 * the peers on the same app, each keyed by the same verified JWT ``sub``: Flask-Limiter
   (Flask), slowapi and fastapi-limiter (FastAPI), django-ratelimit (Django).
 
@@ -96,8 +99,13 @@ path (FastAPI's costs a microsecond a route tried). Django's one URLconf lists i
 after the ``sentinel`` view."""
 
 
+DEPENDS = ("sentinel-depends", "sentinel-depends-stubbed")
+"""FastAPI's variants guarded by a ``rate_limit`` dependency instead of the decorator."""
+
+
 def variants(framework: str) -> tuple[str, ...]:
-    return ("bare", *FLOORS, *SENTINEL_VARIANTS, *PEERS[framework])
+    own = (*SENTINEL_VARIANTS, *DEPENDS) if framework == "fastapi" else SENTINEL_VARIANTS
+    return ("bare", *FLOORS, *own, *PEERS[framework])
 
 
 def token() -> str:
@@ -337,7 +345,7 @@ def fastapi_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
     from pyrate_limiter import Duration, Limiter, Rate, RedisBucket
     from slowapi import Limiter as SlowLimiter
 
-    from sentinel_fastapi import Sentinel, rate_limited
+    from sentinel_fastapi import Sentinel, rate_limit, rate_limited
 
     loop = asyncio.new_event_loop()
     client = redis.asyncio.Redis.from_url(redis_url)
@@ -379,12 +387,13 @@ def fastapi_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
     async def fastapi_limiter_view() -> dict[str, bool]:
         return {"ok": True}
 
-    guarded, settling = FastAPI(), FastAPI()
+    guarded, settling, depending = FastAPI(), FastAPI(), FastAPI()
     for route, endpoint_id in GUARDED:
         guarded.post(f"/{route}")(rate_limited(endpoint_id)(bare))
     settling.post("/sentinel")(rate_limited(SETTLE)(bare))
+    depending.post("/sentinel", dependencies=[Depends(rate_limit(GUARDED[0][1]))])(bare)
     sentinels, lifespans = [], []  # the lifespans kept: collected, they would end
-    for app in (guarded, settling):
+    for app in (guarded, settling, depending):
         sentinel = Sentinel(sentinel_config(redis_url), registry=CollectorRegistry())
         sentinel.init_app(app)
         lifespans.append(app.router.lifespan_context(app))
@@ -395,13 +404,15 @@ def fastapi_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
             transport=httpx.ASGITransport(app=app, client=("127.0.0.1", 50000)),
             base_url="http://bench",
         )
-        for app in (plain, guarded, settling)
+        for app in (plain, guarded, settling, depending)
     }
     headers = {"Authorization": f"Bearer {token()}"}
 
     def send(route: str) -> int:
         if route == "/sentinel-settle":
             http, route = clients[settling], "/sentinel"
+        elif route == "/sentinel-depends":
+            http, route = clients[depending], "/sentinel"
         else:
             http = clients[guarded if route.startswith("/sentinel") else plain]
         return loop.run_until_complete(http.post(route, headers=headers)).status_code

@@ -56,6 +56,11 @@ OPEN = {
     "wheel",
 }
 PYTHONS = {"3.10": 'python_version < "3.11"', "3.11": 'python_version >= "3.11"'}
+NEEDS_PATCH_RELEASE = {"pymdown-extensions": ("3.11.5", "pymdown-extensions==12.3")}
+"""Packages whose newest release needs a later patch release of Python than some that
+tox may use (Debian 12's Python 3.11.2, the README's command run with the system
+Python), which the refresher's Pythons do not show: the pin for Pythons below that
+release, the resolved 3.11 pin from it on."""
 
 
 def _canonical(name: str) -> str:
@@ -94,7 +99,11 @@ def main() -> None:
     lines = [f"# {line}" for line in textwrap.wrap(header, 88)]
     for name in names:
         pins = {version: found[name] for version, found in resolved.items() if name in found}
-        if len(set(pins.values())) == 1 and len(pins) == len(PYTHONS):
+        if name in NEEDS_PATCH_RELEASE:
+            release, older = NEEDS_PATCH_RELEASE[name]
+            lines.append(f'{older} ; python_full_version < "{release}"')
+            lines.append(f'{pins["3.11"]} ; python_full_version >= "{release}"')
+        elif len(set(pins.values())) == 1 and len(pins) == len(PYTHONS):
             lines.append(next(iter(pins.values())))
         else:
             lines.extend(f"{pin} ; {PYTHONS[version]}" for version, pin in pins.items())

@@ -25,6 +25,7 @@ NAME = "sentinel_core"
 TOP_LEVEL: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "_models": frozenset(),
+    "_memo": frozenset(),
     "_embedded": frozenset(),
     "hookspecs": frozenset({"_models", "identity", "resilience"}),
     "_plugins": frozenset({"_models", "errors", "hookspecs", "identity", "resilience"}),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sentinel_core._memo import Memo
 from sentinel_core._models import Algorithm, Policy
 from sentinel_core.identity._keys import Identity, TenantIdentity
 from sentinel_core.store._reference import Mode
@@ -36,7 +37,9 @@ class Endpoint:
     here (`decide_call`): a token bucket or a sliding window. A quota's call needs its
     calendar, a concurrency call a new lease name: the engine builds those."""
     _args: dict[int, tuple[int, ...]] = field(init=False, default_factory=dict, repr=False)
-    _calls: dict[str, ScriptCall] = field(init=False, default_factory=dict, repr=False)
+    _calls: Memo[str, ScriptCall] = field(
+        init=False, default_factory=lambda: Memo(CALLS_KEPT), repr=False
+    )
 
     def __post_init__(self) -> None:
         policy = self.policy
@@ -62,9 +65,7 @@ class Endpoint:
             return self._build_call(identity)
         call = self._calls.get(identity.hash)
         if call is None:
-            if len(self._calls) >= CALLS_KEPT:
-                self._calls.clear()
-            call = self._calls[identity.hash] = self._build_call(identity)
+            call = self._calls.keep(identity.hash, self._build_call(identity))
         return call
 
     def _build_call(self, identity: Identity) -> ScriptCall:

@@ -117,10 +117,7 @@ class DecisionEngine:
             return Attempt(self, policy, identity, permit, request, started, check=check)
         # A check files and finds its denials under the decision's own call: the same
         # bucket, cost and rates, whichever of the two the store denied.
-        if policy is endpoint.policy and endpoint.bucket_call:  # nearly every request
-            call = endpoint.decide_call(identity)
-        else:
-            call = self.script_call(policy, identity)
+        call = self.script_call(policy, identity, endpoint)
         now = local.clock_ns()  # before the request is sent: see _local_denials
         remembered = local.lookup(call.keys, call.args, now)
         permit = None if remembered is not None else self.breaker.acquire()
@@ -128,20 +125,24 @@ class DecisionEngine:
             self, policy, identity, permit, request, started, call, now, remembered, check
         )
 
-    def script_call(self, policy: Policy, identity: Identity) -> ScriptCall:
+    def script_call(
+        self, policy: Policy, identity: Identity, endpoint: Endpoint | None = None
+    ) -> ScriptCall:
         """The script execution that decides ``identity`` under ``policy`` (for a
         concurrency policy, one that takes a lease of a new name: build it once per
-        decision, and release what it took with `store_lease`)."""
+        decision, and release what it took with `store_lease`). ``endpoint``, when the
+        caller holds it, is ``policy``'s compiled endpoint."""
+        # Hashing a Policy (for script_args' cache) costs more than building the keys:
+        # the configured policy, nearly always the one resolved, has its call compiled
+        # on its endpoint.
+        if endpoint is None:
+            endpoint = self.endpoints.get(policy.endpoint_id)
+        if endpoint is not None and endpoint.policy is policy and endpoint.bucket_call:
+            return endpoint.decide_call(identity)  # nearly every request
         if policy.algorithm is Algorithm.CONCURRENCY:
             return lease_call(policy, identity, lease_name())
         if policy.algorithm is Algorithm.QUOTA:
             return self.calendars.quota_call(policy, identity)
-        # Hashing a Policy (for script_args' cache) costs more than building the keys:
-        # the configured policy, nearly always the one resolved, has its call compiled
-        # on its endpoint.
-        endpoint = self.endpoints.get(policy.endpoint_id)
-        if endpoint is not None and endpoint.policy is policy:
-            return endpoint.decide_call(identity)
         keys = identity.bucket_keys(policy)
         return ScriptCall(policy.algorithm, keys, script_args(policy, Mode.DECIDE, len(keys)))
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sentinel_core._memo import Memo
 from sentinel_core._models import (
     MICRO,
     STORE_VERDICTS,
@@ -160,9 +161,9 @@ class HttpLayer:
         self._clients = ClientAddresses(config.trusted_proxies)
         self._exemptions = Exemptions(config.exempt, hooks.exempt, on_exempt)
         self._jwt = JwtVerifier(config.jwt) if config.jwt is not None else None
-        self._tenants: dict[str, Prepared] = {}
+        self._tenants: Memo[str, Prepared] = Memo(_TENANTS_KEPT)
         """Tenant -> its prepared request, for the most active tenants (immutable, so
-        shared by their requests; emptied when `_TENANTS_KEPT` are held)."""
+        shared by their requests)."""
         self._exempts_nobody = not config.exempt.tenants and not config.exempt.networks
         """No configured exemption: a tenant request needs neither its client address
         nor an exemption check, unless a plugin identifies or exempts."""
@@ -273,9 +274,7 @@ class HttpLayer:
             return unauthorized(error)
         prepared = self._tenants.get(tenant)
         if prepared is None:
-            if len(self._tenants) >= _TENANTS_KEPT:
-                self._tenants.clear()
-            prepared = self._tenants[tenant] = build_prepared(tenant_identity(tenant), None)
+            prepared = self._tenants.keep(tenant, build_prepared(tenant_identity(tenant), None))
         return prepared
 
     def _user(self, request: RequestView) -> str | None:
