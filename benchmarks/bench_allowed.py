@@ -27,6 +27,10 @@ process through the framework's own test client, on one private redis-server:
 * ``sentinel-depends`` and ``sentinel-depends-stubbed`` (FastAPI only): the
   ``sentinel`` view's policy named by ``Depends(rate_limit(...))`` in the route's
   ``dependencies`` instead of ``@rate_limited``, on an app of its own;
+* ``bare-direct`` and ``sentinel-stubbed-direct``: the ``bare`` and ``sentinel-stubbed``
+  requests made by calling the app through its server interface (the WSGI or ASGI
+  callable, with an environ or scope built once), no test client: what Sentinel's own
+  Python costs the app, without the client's work on the fields it adds to a response;
 * the peers on the same app, each keyed by the same verified JWT ``sub``: Flask-Limiter
   (Flask), slowapi and fastapi-limiter (FastAPI), django-ratelimit (Django).
 
@@ -44,6 +48,7 @@ script costs a bare view, i.e. what Sentinel's Python and adapter add to its Red
 
 import argparse
 import functools
+import io
 import json
 import logging
 import os
@@ -99,13 +104,17 @@ path (FastAPI's costs a microsecond a route tried). Django's one URLconf lists i
 after the ``sentinel`` view."""
 
 
+DIRECT = ("bare-direct", "sentinel-stubbed-direct")
+"""The variants made through the app's server interface (`Send`'s ``direct``), each
+compared with ``bare-direct``."""
+DIRECT_SUFFIX = "-direct"
 DEPENDS = ("sentinel-depends", "sentinel-depends-stubbed")
 """FastAPI's variants guarded by a ``rate_limit`` dependency instead of the decorator."""
 
 
 def variants(framework: str) -> tuple[str, ...]:
     own = (*SENTINEL_VARIANTS, *DEPENDS) if framework == "fastapi" else SENTINEL_VARIANTS
-    return ("bare", *FLOORS, *own, *PEERS[framework])
+    return ("bare", *FLOORS, *own, *PEERS[framework], *DIRECT)
 
 
 def token() -> str:
@@ -274,8 +283,9 @@ async def async_floor_view(client: Any, floor: Floor) -> Callable[[], Awaitable[
 
 # -- one app per framework, every variant a route of it --------------------------------------
 
-Send = Callable[[str], int]
-"""POST one route through the framework's test client; the status."""
+Send = Callable[[str, bool], int]
+"""POST one route through the framework's test client, or with ``direct`` through the
+app's WSGI or ASGI callable (only ``/bare`` and ``/sentinel``); the status."""
 
 
 def flask_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
@@ -327,11 +337,44 @@ def flask_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
     apps = (guarded, settling)
     cores = [extension.get_core(app) for extension, app in zip(extensions, apps, strict=True)]
 
-    def send(route: str) -> int:
+    direct = {
+        "/bare": wsgi_caller(plain, "/bare", headers),
+        "/sentinel": wsgi_caller(guarded, "/sentinel", headers),
+    }
+
+    def send(route: str, through_app: bool) -> int:
+        if through_app:
+            return direct[route]()
         client, path = by_route[route]
         return int(client.post(path, headers=headers).status_code)
 
     return send, lambda: stubbed(*(core.store for core in cores), asynchronous=False)
+
+
+def wsgi_caller(app: Any, path: str, headers: dict[str, str]) -> Callable[[], int]:
+    """POST ``path`` to the WSGI callable ``app`` with no client: the environ built once
+    (by Werkzeug's test helper), copied per request; the response body read and closed."""
+    from werkzeug.test import EnvironBuilder
+
+    environ = EnvironBuilder(
+        path=path, method="POST", headers=list(headers.items()), base_url="http://testserver"
+    ).get_environ()
+    statuses: list[str] = []
+
+    def start_response(status: str, response_headers: Any, exc_info: Any = None) -> Any:
+        statuses.append(status)
+
+    def call() -> int:
+        statuses.clear()
+        body = app({**environ, "wsgi.input": io.BytesIO()}, start_response)
+        try:
+            b"".join(body)
+        finally:
+            if hasattr(body, "close"):
+                body.close()
+        return int(statuses[0].split(" ", 1)[0])
+
+    return call
 
 
 def fastapi_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
@@ -408,7 +451,12 @@ def fastapi_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
     }
     headers = {"Authorization": f"Bearer {token()}"}
 
-    def send(route: str) -> int:
+    direct = {"/bare": asgi_caller(plain, "/bare", headers, loop)}
+    direct["/sentinel"] = asgi_caller(guarded, "/sentinel", headers, loop)
+
+    def send(route: str, through_app: bool) -> int:
+        if through_app:
+            return direct[route]()
         if route == "/sentinel-settle":
             http, route = clients[settling], "/sentinel"
         elif route == "/sentinel-depends":
@@ -418,6 +466,45 @@ def fastapi_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
         return loop.run_until_complete(http.post(route, headers=headers)).status_code
 
     return send, lambda: stubbed(*(s.async_store for s in sentinels), asynchronous=True)
+
+
+def asgi_caller(app: Any, path: str, headers: dict[str, str], loop: Any) -> Callable[[], int]:
+    """POST ``path`` to the ASGI callable ``app`` with no client, in ``loop``: the scope
+    built once (the headers httpx sends), copied per request."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"host", b"bench"),
+            (b"accept", b"*/*"),
+            (b"content-length", b"0"),
+            *((name.lower().encode(), value.encode()) for name, value in headers.items()),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("bench", 80),
+    }
+    statuses: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    def call() -> int:
+        statuses.clear()
+        loop.run_until_complete(app(dict(scope), receive, send))
+        return statuses[0]
+
+    return call
 
 
 urlpatterns: list[Any] = []
@@ -476,11 +563,18 @@ def django_app(redis_url: str) -> tuple[Send, Callable[[], Any]]:
             ),
         ]
     )
+    from django.core.handlers.wsgi import WSGIHandler
+
     test_client = Client(HTTP_AUTHORIZATION=f"Bearer {token()}")
-    return (
-        lambda route: test_client.post(route).status_code,
-        lambda: stubbed(conf.runtime().sentinel.store, asynchronous=False),
-    )
+    handler, headers = WSGIHandler(), {"Authorization": f"Bearer {token()}"}
+    direct = {route: wsgi_caller(handler, route, headers) for route in ("/bare", "/sentinel")}
+
+    def send(route: str, through_app: bool) -> int:
+        if through_app:
+            return direct[route]()
+        return int(test_client.post(route).status_code)
+
+    return send, lambda: stubbed(conf.runtime().sentinel.store, asynchronous=False)
 
 
 APPS = {"flask": flask_app, "fastapi": fastapi_app, "django": django_app}
@@ -496,21 +590,23 @@ def worker(framework: str, redis_url: str) -> None:
     names = [v for v in variants(framework) if settles() or "settle" not in v]
 
     def batch(variant: str, count: int) -> list[int]:
-        stubbed = variant.endswith(STUBBED)
-        route = f"/{variant.removesuffix(STUBBED)}"
+        through_app = variant.endswith(DIRECT_SUFFIX)
+        base = variant.removesuffix(DIRECT_SUFFIX)
+        stubbed = base.endswith(STUBBED)
+        route = f"/{base.removesuffix(STUBBED)}"
         expected = EXPECTED.get(variant, 200)
         samples = []
         clock = time.perf_counter_ns
         with stub() if stubbed else _nothing():
             for _ in range(count):
                 started = clock()
-                status = send(route)
+                status = send(route, through_app)
                 samples.append(clock() - started)
                 if status != expected:
                     raise AssertionError(f"{framework} {variant}: status {status}")
         return samples
 
-    send("/sentinel-denied")  # the one request the day's limit admits
+    send("/sentinel-denied", False)  # the one request the day's limit admits
     for variant in names:  # warm up: imports, first connections, script loads
         batch(variant, 50)
     for line in sys.stdin:
@@ -537,7 +633,10 @@ def summary(timings: dict[str, list[int]]) -> dict[str, tuple[float, float]]:
     floor = p50["floor"] - p50["bare"]
     result = {"bare": (p50["bare"], 0.0)}
     for variant, value in p50.items():
-        if variant != "bare":
+        if variant in DIRECT:  # over the unguarded request made the same way
+            base = p50.get(DIRECT[0], value) if variant != DIRECT[0] else 0.0
+            result[variant] = (value - base, 0.0)
+        elif variant != "bare":
             result[variant] = (value - p50["bare"], (value - p50["bare"]) / floor)
     return result
 
@@ -614,8 +713,10 @@ def table(framework: str, results: dict[str, dict[str, tuple[float, float]]]) ->
                 cells.append("-")
                 continue
             added, ratio = results[name][variant]
-            if variant == "bare":
+            if variant in ("bare", DIRECT[0]):
                 cells.append(f"{added:,.0f} (p50 itself)")
+            elif variant in DIRECT:
+                cells.append(f"{added:,.1f} (over {DIRECT[0]})")
             elif variant == "floor":
                 cells.append(f"{added:,.1f}")
             else:
