@@ -42,7 +42,7 @@ def call_for(tenant: str) -> ScriptCall:
 
 
 def read(call: ScriptCall, raw: object) -> ScriptReply:
-    return ScriptReply.read(raw, call.args, POLICY.cost, POLICY.burst)
+    return ScriptReply.read(raw, call.algorithm, call.args, POLICY.cost, POLICY.burst)
 
 
 def test_a_bucket_reads_back_until_its_ttl_and_then_starts_full_again() -> None:

@@ -5,11 +5,12 @@ keys, in the modes decide, peek and reset, and prior states injected with SET: f
 stale, from the future, corrupt or of another type). For
 every call the real script runs on a private redis-server; the reference is then fed
 the states the keys held just before and the ``TIME`` the script returned, and must
-predict the reply exactly, the state written and its TTL. A one-key token bucket's
-reply (`OneKeyReply`, what Sentinel sends such a call for) leaves ``TIME`` out: its
-``TIME`` is the instant, between two reads of the server's clock around the call, at
-which the reference gives that reply and those writes; one-key calls are also sent with
-the full parameter set, whose array reply carries it.
+predict the reply exactly, the state written and its TTL. A one-key call's integer
+reply (a token bucket's `OneKeyReply`, a sliding window's admission: what Sentinel sends
+such a call for) leaves ``TIME`` out: its ``TIME`` is the instant, between two reads of
+the server's clock around the call, at which the reference gives that reply and those
+writes; one-key calls are also sent with the full parameter set, whose array reply
+carries it.
 
 Keys can expire on their own between the reads and the call (a token bucket's TTL can
 be one millisecond). The scripts are built so that expiry changes nothing: a state that
@@ -127,11 +128,13 @@ class Case:
         token bucket makes a `OneKeyReply`), or with every set ``full``."""
         alone = len(keys) == 1 and not full
         own = bucket_parameters(self.algorithm, self.rate, self.limit, self.cost, alone=alone)
+        if full and len(keys) == 1 and self.algorithm is Algorithm.SLIDING_WINDOW:
+            own = (*own, self.limit)  # the ceiling: a one-key window's array reply
         return ScriptCall(self.algorithm, keys, (int(mode), *own * len(keys)))
 
     def read(self, call: ScriptCall, raw: object) -> ScriptReply:
         """The reply ``raw`` to ``call``, as the decision reads it."""
-        return ScriptReply.read(raw, call.args, self.cost, self.limit)
+        return ScriptReply.read(raw, call.algorithm, call.args, self.cost, self.limit)
 
 
 @st.composite
@@ -337,7 +340,7 @@ def check_one_call(
 
 
 def time_of(call: ScriptCall, raw: OneKeyReply, before: Snapshot, after: Snapshot) -> int:
-    """The ``TIME`` the `OneKeyReply` ``raw`` to ``call`` was made at, which it leaves out:
+    """The ``TIME`` the integer reply ``raw`` to ``call`` was made at, which it leaves out:
     the first instant between the two snapshots at which the reference gives this reply
     and writes what the keys hold (or held: a TTL of a millisecond can run out)."""
     for now in range(before.time_us, after.time_us + 1):
@@ -593,8 +596,17 @@ def test_a_one_key_reply_reads_as_the_full_reply(situation: Situation, mode: Mod
     raw, writes = run_reference(lean, states[:1], now)
     array, full_writes = run_reference(full, states[:1], now)
     assert isinstance(array, ScriptReply)
-    assert isinstance(raw, int) == (case.algorithm is Algorithm.TOKEN_BUCKET)
-    assert case.read(lean, raw) == (array._replace(now_us=0) if isinstance(raw, int) else array)
+    window = case.algorithm is Algorithm.SLIDING_WINDOW
+    # A token bucket's one key always answers an integer; a window's when it admits.
+    assert isinstance(raw, int) == (not window or (array.allowed and mode is not Mode.RESET))
+    if not isinstance(raw, int):
+        assert case.read(lean, raw) == array
+    elif window:  # the time to the window's end, in whole ms, and its whole seconds
+        reset_ms = -(-array.reset_us // 1_000)
+        assert case.read(lean, raw) == array._replace(now_us=0, reset_us=reset_ms * 1_000)
+        assert case.read(lean, raw).reset_seconds == array.reset_seconds
+    else:
+        assert case.read(lean, raw) == array._replace(now_us=0)
     assert writes == full_writes
 
 

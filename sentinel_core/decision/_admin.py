@@ -54,7 +54,7 @@ def admin_call(policy: Policy, identity: Identity, mode: Mode, calendars: Calend
 def peeked(policy: Policy, identity: Identity, call: ScriptCall, raw_reply: Any) -> Decision:
     """The `Decision` of the reply to the peek ``call``, as `Attempt.succeeded` would
     build it."""
-    reply = ScriptReply.read(raw_reply, call.args, policy.cost, policy.burst)
+    reply = ScriptReply.read(raw_reply, call.algorithm, call.args, policy.cost, policy.burst)
     index = (reply.binding - 1) % len(policy.limits) if policy.layers else 0
     allowed = bool(reply.allowed)
     return Decision(

@@ -1,6 +1,6 @@
 """Pure-Python twins of the Lua scripts, with the same integer arithmetic, and the one
-definition of the scripts' replies (`ScriptReply`, and a one-key token bucket's
-`OneKeyReply`).
+definition of the scripts' replies (`ScriptReply`, and the one-key calls' integers:
+a token bucket's `OneKeyReply`, a sliding window's `WindowAdmission`).
 
 The twins serve two purposes: the embedded ``memory://`` store runs them, and the parity
 tests feed them the ``TIME`` and prior state a script saw and compare the results.
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from sentinel_core._models import MICRO
+from sentinel_core._models import MICRO, Algorithm
 
 # Lua's '^%d+$' and '^([1-9]%d*)(%d)(%d)$': ASCII digits only, no trailing newline
 # (use with fullmatch).
@@ -55,6 +55,20 @@ and burst (``lua/token_bucket.lua``): admitted, the microseconds until the bucke
 and the caller, which knows cost and burst, computes the tokens left (`tokens_left`)."""
 
 
+WindowAdmission = int
+"""What a sliding-window call of one key answers when it admits, its parameter set
+leaving out the ceiling (``lua/sliding_window.lua``): ``ceil(us until the window ends /
+1000) * (limit + 1) + requests left``, all an admission reports (`window_admission`);
+a denial answers the array. Redis writes an integer for less than a table."""
+
+
+def window_admission(raw: WindowAdmission, limit: int) -> tuple[int, int]:
+    """(requests left, us until the window ends rounded up to a whole ms) of a
+    `WindowAdmission`: whole seconds of the latter are those of the exact time."""
+    reset_ms, left = divmod(raw, limit + 1)
+    return left, reset_ms * 1_000
+
+
 def tokens_left(debt_us: int, inc: int, cost: int, burst: int) -> int:
     """The tokens left in a token bucket full in ``debt_us``: burst - ceil(debt_us / inc)
     * cost, at least 0 (a settle policy's bucket may be in debt)."""
@@ -69,8 +83,8 @@ def whole_seconds(us: int) -> int:
 class ScriptReply(NamedTuple):
     """What a script returns, field for field in the order the Lua scripts return it.
 
-    ``ScriptReply(*raw)`` reads a raw array reply (`read` any reply, a `OneKeyReply`
-    too); this field order is the one definition of the layout. ``binding`` (0-based
+    ``ScriptReply(*raw)`` reads a raw array reply (`read` any reply, the one-key
+    integers too); this field order is the one definition of the layout. ``binding`` (0-based
     here, 1-based in Lua's reply and read as is, so subtract 1) names the bucket whose
     ``remaining`` and ``reset_us`` are reported: the one with the fewest requests left,
     ties going to the longest until it is full.
@@ -101,11 +115,18 @@ class ScriptReply(NamedTuple):
         return cls(*(int(value) for value in raw))
 
     @classmethod
-    def read(cls, raw: Any, args: Sequence[int], cost: int, burst: int) -> ScriptReply:
-        """The reply ``raw`` to a call with ARGV ``args`` of a policy of ``cost`` and
-        ``burst``: a `OneKeyReply` (``now_us`` 0: it leaves TIME out), or the array."""
+    def read(
+        cls, raw: Any, algorithm: Algorithm, args: Sequence[int], cost: int, burst: int
+    ) -> ScriptReply:
+        """The reply ``raw`` to an ``algorithm`` call with ARGV ``args`` of a policy of
+        ``cost`` and ``burst``: a `OneKeyReply` or a `WindowAdmission` (``now_us`` 0:
+        they leave TIME out; a window's ``reset_us`` is rounded up to a whole ms), or
+        the array."""
         if not isinstance(raw, int):
             return cls(*raw)
+        if algorithm is Algorithm.SLIDING_WINDOW:
+            left, reset_us = window_admission(raw, args[1])
+            return cls(1, 0, left, reset_us, 0, 1)
         inc, tau = args[1], args[2]
         if raw > 0:
             return cls(1, 0, tokens_left(raw, inc, cost, burst), raw, 0, 1)
@@ -116,6 +137,10 @@ class ScriptReply(NamedTuple):
         """This reply as a `OneKeyReply` (what `read` reads back, TIME and the tokens
         left aside)."""
         return self.reset_us if self.allowed else -self.wait_us
+
+    def window_admission(self, limit: int) -> WindowAdmission:
+        """This admission, of a sliding window of ``limit``, as a `WindowAdmission`."""
+        return -(-self.reset_us // 1_000) * (limit + 1) + self.remaining
 
     @property
     def retry_after_seconds(self) -> int:
@@ -247,9 +272,10 @@ def sliding_window(
     now_us: int,
     params: Sequence[SlidingWindowParams],
     mode: Mode = Mode.DECIDE,
-) -> tuple[ScriptReply, list[Write] | None]:
+) -> tuple[ScriptReply | WindowAdmission, list[Write] | None]:
     """The reference of ``lua/sliding_window.lua`` (see its header for the contract);
-    ``params[i]`` are the parameters of the bucket whose state is ``states[i]``."""
+    ``params[i]`` are the parameters of the bucket whose state is ``states[i]``: a
+    `WindowAdmission` when one key without the ceiling admits, else a `ScriptReply`."""
     allowed = True
     wait_us = 0
     lefts: list[int] = []
@@ -286,4 +312,7 @@ def sliding_window(
             last_wait_us = ahead + delay
             wait_us = max(wait_us, last_wait_us)
         resets.append(ahead + window - elapsed)
-    return _finish(mode, allowed, now_us, lefts, resets, wait_us, writes, last_wait_us)
+    reply, written = _finish(mode, allowed, now_us, lefts, resets, wait_us, writes, last_wait_us)
+    if allowed and mode is not Mode.RESET and len(params) == 1 and len(params[0]) == 3:
+        return reply.window_admission(params[0][0]), written
+    return reply, written

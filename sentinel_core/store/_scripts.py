@@ -14,7 +14,14 @@ from importlib.resources import files
 
 from sentinel_core._models import MICRO, Algorithm, Policy, Rate, frozen_builder
 from sentinel_core.store import _reference
-from sentinel_core.store._reference import Mode, OneKeyReply, ScriptReply, State, Write
+from sentinel_core.store._reference import (
+    Mode,
+    OneKeyReply,
+    ScriptReply,
+    State,
+    WindowAdmission,
+    Write,
+)
 from sentinel_core.store._reference_extra import run_extra
 from sentinel_core.store._reference_settle import settle
 
@@ -148,7 +155,7 @@ def script_args(policy: Policy, mode: Mode = Mode.DECIDE, keys: int = 1) -> tupl
 
 def run_reference(
     call: ScriptCall, states: Sequence[State], now_us: int
-) -> tuple[ScriptReply | OneKeyReply, list[Write] | None]:
+) -> tuple[ScriptReply | OneKeyReply | WindowAdmission, list[Write] | None]:
     """What the script of ``call`` would answer given these states and this TIME."""
     if call.algorithm in (Algorithm.CONCURRENCY, Algorithm.QUOTA):
         strings = [state if isinstance(state, str) else None for state in states]

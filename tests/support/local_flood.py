@@ -6,9 +6,10 @@ the same host, so the parent can line up the process's decisions with the store'
 local denials run on that clock too (injected), and each thread notes the reading its
 last lookup was decided at: the instant a local denial is checked at.
 
-A one-key token bucket's reply (`OneKeyReply`) leaves the store's TIME out: such a call
-is sent with its full parameter set (cost and burst too), whose array reply carries it,
-and the engine is handed the `OneKeyReply` that array stands for.
+A one-key call's integer reply (a token bucket's `OneKeyReply`, a sliding window's
+admission) leaves the store's TIME out: such a call is sent with its full parameter set
+(a token bucket's cost and burst, a sliding window's ceiling), whose array reply carries
+it, and the engine is handed the integer that array stands for.
 """
 
 from __future__ import annotations
@@ -45,11 +46,24 @@ def _sentinel(config: dict[str, Any]) -> Sentinel:
 
 
 def with_time(call: ScriptCall, policy: Policy) -> ScriptCall:
-    """``call``, asking for a reply that carries the store's TIME (an array)."""
-    if call.algorithm is not Algorithm.TOKEN_BUCKET or len(call.keys) > 1:
+    """``call``, asking for a reply that carries the store's TIME (an array): a token
+    bucket's one key with cost and burst, a sliding window's with its ceiling."""
+    if len(call.keys) > 1:
         return call
-    bucket = bucket_parameters(call.algorithm, policy.rate, policy.burst, policy.cost)
-    return ScriptCall(call.algorithm, call.keys, (call.args[0], *bucket))
+    if call.algorithm is Algorithm.TOKEN_BUCKET:
+        bucket = bucket_parameters(call.algorithm, policy.rate, policy.burst, policy.cost)
+        return ScriptCall(call.algorithm, call.keys, (call.args[0], *bucket))
+    if call.algorithm is Algorithm.SLIDING_WINDOW and len(call.args) == 4:
+        return ScriptCall(call.algorithm, call.keys, (*call.args, policy.burst))
+    return call
+
+
+def as_sent(reply: Any, parsed: ScriptReply, call: ScriptCall) -> Any:
+    """The reply to ``call`` that ``reply`` (``parsed``), the array `with_time` asked
+    for, stands for: a `OneKeyReply`, or a sliding window's admission as an integer."""
+    if call.algorithm is Algorithm.TOKEN_BUCKET:
+        return parsed.one_key()
+    return parsed.window_admission(call.args[1]) if parsed.allowed else reply
 
 
 Admission = tuple[int, ScriptCall]
@@ -81,7 +95,7 @@ def run_schedule(
         parsed = ScriptReply(*reply)
         if parsed.allowed:
             admitted.append((parsed.now_us, sent))
-        return reply if sent is call else parsed.one_key()
+        return reply if sent is call else as_sent(reply, parsed, call)
 
     def identity(device: int) -> Identity:
         return (

@@ -10,6 +10,10 @@
 --             (microseconds), cost of one request, and for a `settle` policy a fourth,
 --             the ceiling: the highest count read (settle.lua may leave a window in debt,
 --             counting up to twice the limit); the stride is (#ARGV - 1) / #KEYS
+-- One key:    a call of one key without the ceiling (stride 3) is answered, when it
+--             admits (mode 0 or 1), by one integer (below): Redis writes an integer for
+--             about 6,500 instructions less than a table. Sending the ceiling (the
+--             limit, for a policy without `settle`) asks for the array instead.
 --
 -- Windows are aligned on multiples of the window length since the Unix epoch. The
 -- estimate is previous * (window - elapsed) / window + current; a request is admitted
@@ -44,6 +48,10 @@
 --           binding bucket, and when denied: us until the last key alone admits again
 --           (0 if it admits)}, the binding bucket being the one with the fewest requests
 --          left (ties: the longest until its window ends).
+--          An admission of a one-key call without the ceiling: one integer
+--          (WindowAdmission), ceil(us until the window ends / 1000) * (limit + 1) +
+--          requests left, all an admission reports (the config loader's bound on
+--          (limit + cost) * window keeps it below 2^53).
 
 local time = redis.call('TIME')
 local now = time[1] * 1000000 + time[2]
@@ -52,11 +60,13 @@ local allowed, wait, last = 1, 0, 0
 local remaining, reset, binding = -1, 0, 1
 local values, ttls = {}, {}
 local stride = (#ARGV - 1) / #KEYS
+local last_limit = 0  -- the one key's limit, for its integer reply
 
 for i = 1, #KEYS do
   local b = stride * (i - 1) + 2
   local limit, window, cost = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
   local ceiling = limit
+  last_limit = limit
   if stride > 3 then ceiling = tonumber(ARGV[b + 3]) end
   local index = math.floor(now / window)
   local elapsed = now - index * window
@@ -115,5 +125,8 @@ if mode == '0' then
   for i = 1, #KEYS do
     redis.call('SET', KEYS[i], values[i], 'PX', ttls[i])
   end
+end
+if stride == 3 and #KEYS == 1 then
+  return math.ceil(reset / 1000) * (last_limit + 1) + remaining
 end
 return {1, now, remaining, reset, 0, binding}
