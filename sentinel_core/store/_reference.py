@@ -84,8 +84,8 @@ class ScriptReply(NamedTuple):
     """What a script returns, field for field in the order the Lua scripts return it.
 
     ``ScriptReply(*raw)`` reads a raw array reply (`read` any reply, the one-key
-    integers too); this field order is the one definition of the layout. ``binding`` (0-based
-    here, 1-based in Lua's reply and read as is, so subtract 1) names the bucket whose
+    integers too); this field order is the one definition of the layout. ``binding``
+    (0-based here, 1-based in Lua's reply and read as is, so subtract 1) names the bucket whose
     ``remaining`` and ``reset_us`` are reported: the one with the fewest requests left,
     ties going to the longest until it is full.
     """

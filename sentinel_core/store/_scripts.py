@@ -99,7 +99,9 @@ def bucket_parameters(
     """One bucket's parameter set in ARGV (see the scripts' headers); a settle policy's
     ends with the horizon (token bucket) or the ceiling (sliding window) of its debt. A
     token bucket ``alone`` in its call leaves out cost and burst: its reply is then a
-    `OneKeyReply`, read with the policy's own."""
+    `OneKeyReply`, read with the policy's own. A sliding window's set never carries a
+    ceiling but a settle policy's, so alone in its call it admits with a
+    `WindowAdmission`."""
     period_us = rate.period_seconds * MICRO
     if algorithm is Algorithm.TOKEN_BUCKET:
         # GCRA: a request's cost refills in inc us (rounded up: never faster than the
