@@ -10,10 +10,11 @@ stick), a thin wrapper around the real client produces it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -467,12 +468,20 @@ def assert_outage_and_recovery(
     assert (HALF_OPEN, OPEN) in transitions, "a probe failed while Redis was down"
     assert sentinel.breaker_state is CLOSED
     healthy = [c.decision for c in calls if c.phase == "healthy"]
-    assert len(healthy) > 50
+    assert len(healthy) > HEALTHY_CALLS
     assert {d.reason for d in healthy} == {R.ALLOWED}
 
 
 DOWN_SECONDS = 1.5
 THREADS, TASKS = 16, 50
+HEALTHY_CALLS = 50
+"""Decisions made after the breaker closed again, all of which must be admitted."""
+
+
+def healthy_calls(recorded: Iterable[list[Call]]) -> int:
+    """How many of the ``recorded`` calls (lists the loads append to) were made in
+    the healthy phase."""
+    return sum(call.phase == "healthy" for calls in recorded for call in list(calls))
 
 
 def recovery_sentinel(url: str, recorder: TransitionRecorder) -> Sentinel:
@@ -516,7 +525,9 @@ def test_redis_killed_mid_load_under_16_threads_then_restarted(
         killable_server.start()
         wait_until(lambda: sentinel.breaker_state is CLOSED, 5)
         phase = "healthy"
-        time.sleep(0.3)
+        # Until the threads made HEALTHY_CALLS decisions (0.3 s on an idle machine):
+        # a deadline, not a fixed window, so a stalled machine cannot fail the count.
+        wait_until(lambda: healthy_calls(calls) > HEALTHY_CALLS, 10)
     finally:
         stop.set()
         for thread in threads:
@@ -533,7 +544,7 @@ async def test_redis_killed_mid_load_under_50_coroutines_then_restarted(
     sentinel = recovery_sentinel(killable_server.url, recorder)
     await sentinel.acheck()
     phase = "up"
-    stop = asyncio.Event()
+    stop, healthy = asyncio.Event(), asyncio.Event()
     calls: list[Call] = []
 
     async def load(index: int) -> None:
@@ -545,6 +556,8 @@ async def test_redis_killed_mid_load_under_50_coroutines_then_restarted(
             started = time.monotonic_ns()
             decision = await sentinel.aevaluate(endpoint, f"tenant-{index}-{n % 7}")
             calls.append(Call(current, started, time.monotonic_ns(), decision))
+            if current == "healthy" and healthy_calls([calls]) > HEALTHY_CALLS:
+                healthy.set()
             await asyncio.sleep(0.005)
 
     tasks = [asyncio.create_task(load(i)) for i in range(TASKS)]
@@ -557,7 +570,8 @@ async def test_redis_killed_mid_load_under_50_coroutines_then_restarted(
         await asyncio.to_thread(killable_server.start)
         await asyncio.to_thread(wait_until, lambda: sentinel.breaker_state is CLOSED, 5)
         phase = "healthy"
-        await asyncio.sleep(0.3)
+        with contextlib.suppress(asyncio.TimeoutError):  # a deadline: see the threads' test
+            await asyncio.wait_for(healthy.wait(), 10)
     finally:
         stop.set()
         await asyncio.gather(*tasks)
