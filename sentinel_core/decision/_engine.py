@@ -51,13 +51,7 @@ from sentinel_core.errors import (
 from sentinel_core.identity._keys import Identity
 from sentinel_core.resilience._breaker import CircuitBreaker, Permit
 from sentinel_core.resilience._emergency import EmergencyLimiter
-from sentinel_core.store._reference import (
-    Mode,
-    ScriptReply,
-    tokens_left,
-    whole_seconds,
-    window_admission,
-)
+from sentinel_core.store._reference import Mode, ScriptReply, one_key_admission, whole_seconds
 from sentinel_core.store._scripts import ScriptCall, script_args
 
 
@@ -244,11 +238,9 @@ class Attempt:
         assert call is not None
         if raw_reply.__class__ is int and raw_reply > 0:  # a one-key call admits: the
             # straight line (a OneKeyReply or a WindowAdmission), no ScriptReply to build
-            if call.algorithm is Algorithm.TOKEN_BUCKET:
-                left = tokens_left(raw_reply, call.args[1], policy.cost, policy.burst)
-                reset_us = raw_reply
-            else:
-                left, reset_us = window_admission(raw_reply, call.args[1])
+            left, reset_us = one_key_admission(
+                raw_reply, call.algorithm, call.args, policy.cost, policy.burst
+            )
             return self._finish(True, DecisionReason.ALLOWED, left, None, whole_seconds(reset_us))
         reply = ScriptReply.read(raw_reply, call.algorithm, call.args, policy.cost, policy.burst)
         # Layered limits: the bucket closest to binding is the reply's binding key.

@@ -69,6 +69,20 @@ def window_admission(raw: WindowAdmission, limit: int) -> tuple[int, int]:
     return left, reset_ms * 1_000
 
 
+def one_key_admission(
+    raw: OneKeyReply | WindowAdmission,
+    algorithm: Algorithm,
+    args: Sequence[int],
+    cost: int,
+    burst: int,
+) -> tuple[int, int]:
+    """(tokens or requests left, us until full or the window's end) of an admission
+    answered by one integer (positive) to an ``algorithm`` call with ARGV ``args``."""
+    if algorithm is Algorithm.SLIDING_WINDOW:
+        return window_admission(raw, args[1])
+    return tokens_left(raw, args[1], cost, burst), raw
+
+
 def tokens_left(debt_us: int, inc: int, cost: int, burst: int) -> int:
     """The tokens left in a token bucket full in ``debt_us``: burst - ceil(debt_us / inc)
     * cost, at least 0 (a settle policy's bucket may be in debt)."""
@@ -124,12 +138,10 @@ class ScriptReply(NamedTuple):
         the array."""
         if not isinstance(raw, int):
             return cls(*raw)
-        if algorithm is Algorithm.SLIDING_WINDOW:
-            left, reset_us = window_admission(raw, args[1])
-            return cls(1, 0, left, reset_us, 0, 1)
-        inc, tau = args[1], args[2]
         if raw > 0:
-            return cls(1, 0, tokens_left(raw, inc, cost, burst), raw, 0, 1)
+            left, reset_us = one_key_admission(raw, algorithm, args, cost, burst)
+            return cls(1, 0, left, reset_us, 0, 1)
+        inc, tau = args[1], args[2]  # a token bucket's denial (a window's is an array)
         wait = -raw
         return cls(0, 0, tokens_left(wait + tau, inc, cost, burst), wait + tau, wait, 1, wait)
 
