@@ -169,10 +169,28 @@ def settles() -> bool:
 
 class StubClient:
     """A Redis client that answers every script call "allowed" without any I/O (the
-    ``sentinel-stubbed`` variant): what is left of a request's cost is Python."""
+    ``sentinel-stubbed`` variant): what is left of a request's cost is Python. A store
+    may call it (``execute_command``, ``evalsha``) or send on a connection of its pool
+    (``connection_pool.get_connection()``, ``send_command``, ``read_response``,
+    ``release``), as redis-py's clients allow."""
 
     def __init__(self, *, asynchronous: bool) -> None:
         self.asynchronous = asynchronous
+        self.connection_pool = self
+        self._reply: Any = None
+
+    def get_connection(self, *args: Any) -> Any:
+        return self._done(self)
+
+    def release(self, connection: Any) -> Any:
+        return self._done(None)
+
+    def send_command(self, *args: Any, **options: Any) -> Any:
+        self._reply = self.reply(args[1:])  # after "EVALSHA"
+        return self._done(None)
+
+    def read_response(self, *args: Any, **options: Any) -> Any:
+        return self._done(self._reply)
 
     @staticmethod
     def reply(command: tuple[Any, ...]) -> Any:
@@ -192,12 +210,15 @@ class StubClient:
         return self._answer(args)
 
     def _answer(self, command: tuple[Any, ...]) -> Any:
-        reply = self.reply(command)
+        return self._done(self.reply(command))
+
+    def _done(self, value: Any) -> Any:
+        """``value``, or for an asyncio store an awaitable of it."""
         if not self.asynchronous:
-            return reply
+            return value
 
         async def answer() -> Any:
-            return reply
+            return value
 
         return answer()
 

@@ -643,18 +643,19 @@ class ForgetfulScriptCache:
     def __init__(self) -> None:
         self.sent: list[str] = []
 
-    def install(self, client: redis.Redis) -> None:
-        real = client.execute_command
+    def install(self, store: RedisStore) -> None:
+        """The blocking store's script calls go through its ``execute``."""
+        real = store.execute
 
-        def execute(*args: Any, **options: Any) -> Any:
+        def execute(*args: Any) -> Any:
             self.sent.append(args[0])
             if args[0] == "SCRIPT LOAD":
                 return None
             if args[0] == "EVALSHA":
                 real("SCRIPT FLUSH")
-            return real(*args, **options)
+            return real(*args)
 
-        client.execute_command = execute  # type: ignore[method-assign]
+        store.execute = execute  # type: ignore[method-assign]
 
     def ainstall(self, pipeline: AutoPipeline) -> None:
         """The asyncio store's script calls go through its auto-pipeline."""
@@ -690,7 +691,7 @@ def test_noscript_after_the_reload_is_redis_noscript_retry(url: str) -> None:
     try:
         store = sentinel.store
         assert isinstance(store, RedisStore)
-        cache.install(store.client)
+        cache.install(store)
         for endpoint in (OPEN_EP, CLOSED_EP, OPEN_EP):
             decisions.append(sentinel.evaluate(endpoint, "t"))
             states.append(sentinel.breaker_state)

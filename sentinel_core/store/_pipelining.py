@@ -24,7 +24,7 @@ one write and reads the replies in order, handing each to its caller as it arriv
 
 Public redis-py APIs only: a pool's ``get_connection``/``release``, a cluster node's
 ``acquire_connection``/``release``, a connection's ``pack_command``,
-``send_packed_command`` and ``read_response``.
+``send_packed_command``, ``send_command`` and ``read_response``.
 """
 
 from __future__ import annotations
@@ -193,12 +193,21 @@ class AutoPipeline(_AutoPipeline):
     """One batch per turn on one connection of a `redis.asyncio.Redis`'s pool."""
 
     def __init__(self, client: Callable[[], redis.asyncio.Redis]) -> None:
-        super().__init__(self._alone_on_client, self._send_on_pool)
+        super().__init__(self._alone_on_pool, self._send_on_pool)
         self._client = client
         """The store's client, looked up at each call (a store may be handed a new one)."""
 
-    def _alone_on_client(self, *command: Any) -> Awaitable[Any]:
-        return self._client().execute_command(*command)  # type: ignore[no-untyped-call]
+    async def _alone_on_pool(self, *command: Any) -> Any:
+        """One command on a connection of the pool, as the sync store sends it
+        (`RedisStore.execute` says why not through ``execute_command``); the
+        connection's own send and read close it on any failure, cancellation included."""
+        pool = self._client().connection_pool
+        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            await connection.send_command(*command)
+            return await connection.read_response()
+        finally:
+            await pool.release(connection)
 
     async def _send_on_pool(self, batch: list[Queued]) -> None:
         pool = self._client().connection_pool
